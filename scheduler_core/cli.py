@@ -1,0 +1,94 @@
+"""The ``hai-scheduler`` command line.
+
+Commands:
+  hai-scheduler db upgrade   apply schema migrations (safe twice, safe from two processes)
+  hai-scheduler db status    database health, clock and migration state
+
+Configuration comes from ``HAI_DATABASE_URL`` (default ``sqlite:///scheduler.db`` in the
+working directory) and ``HAI_DATABASE_*``; ``--database-url`` overrides the URL.
+Errors print their stable code and exit with status 1; nothing is printed with secrets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from sqlalchemy.engine import Engine
+
+from scheduler_core import __version__
+from scheduler_core.db import DatabaseConfig, close_engine, create_engine, health_check, migration_state, upgrade
+from scheduler_core.errors import SchedulerError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args))
+    except SchedulerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hai-scheduler", description="hai-scheduler: distributed cron scheduler")
+    parser.add_argument("--version", action="version", version=f"hai-scheduler {__version__}")
+    commands = parser.add_subparsers(title="commands")
+    db = commands.add_parser("db", help="database schema and health")
+    db_commands = db.add_subparsers(title="db commands")
+    for name, handler, text in (
+        ("upgrade", _db_upgrade, "apply schema migrations up to the newest revision"),
+        ("status", _db_status, "print database health, clock and migration state"),
+    ):
+        sub = db_commands.add_parser(name, help=text)
+        sub.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
+        sub.set_defaults(handler=handler)
+    return parser
+
+
+def _engine(args: argparse.Namespace) -> tuple[Engine, DatabaseConfig]:
+    environ = dict(os.environ)
+    if args.database_url:
+        environ["HAI_DATABASE_URL"] = args.database_url
+    config = DatabaseConfig.from_env(environ)
+    return create_engine(config, environ=environ), config
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    engine, config = _engine(args)
+    try:
+        state = upgrade(engine)
+    finally:
+        close_engine(engine)
+    change = f"{state.previous or 'empty'} -> {state.current}" if state.changed else "already at head"
+    print(f"schema upgraded: {change} ({config.redacted()['url']})")
+    return 0
+
+
+def _db_status(args: argparse.Namespace) -> int:
+    engine, config = _engine(args)
+    try:
+        now_ms = health_check(engine)
+        state = migration_state(engine)
+    finally:
+        close_engine(engine)
+    report = {
+        "database": config.redacted(),
+        "healthy": True,
+        "database_clock": datetime.fromtimestamp(now_ms / 1000, UTC).isoformat(timespec="milliseconds"),
+        "schema": {"current": state.current, "head": state.head, "up_to_date": state.up_to_date},
+    }
+    print(json.dumps(report, indent=2))
+    return 0 if state.up_to_date else 3
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

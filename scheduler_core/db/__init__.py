@@ -1,0 +1,32 @@
+"""Database layer: configuration, engine, the DB clock, tables and migrations."""
+
+from scheduler_core.db.clock import db_now_ms, optional_ms, set_test_clock_offset_ms, to_ms
+from scheduler_core.db.config import DatabaseConfig, TlsConfig, parse_database_config
+from scheduler_core.db.engine import (
+    close_engine,
+    create_engine,
+    database_config,
+    dialect_kind,
+    health_check,
+    prepare_engine,
+)
+from scheduler_core.db.migrate import MigrationState, migration_state, upgrade
+
+__all__ = [
+    "DatabaseConfig",
+    "MigrationState",
+    "TlsConfig",
+    "close_engine",
+    "create_engine",
+    "database_config",
+    "db_now_ms",
+    "dialect_kind",
+    "health_check",
+    "migration_state",
+    "optional_ms",
+    "parse_database_config",
+    "prepare_engine",
+    "set_test_clock_offset_ms",
+    "to_ms",
+    "upgrade",
+]

@@ -1,0 +1,274 @@
+"""Validated database configuration.
+
+A :class:`DatabaseConfig` comes from a URL, from fields, or from ``HAI_DATABASE_*``
+environment variables. Every invalid value raises :class:`DatabaseConfigError` naming the
+field; nothing is connected or created by validation. :meth:`DatabaseConfig.redacted`
+is the only form fit for display: it masks passwords, URL credentials and TLS keys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal, NoReturn
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from scheduler_core.errors import DatabaseConfigError
+
+DatabaseType = Literal["sqlite", "postgresql", "mysql"]
+
+MASK = "***"
+MAX_TIMEOUT_MS = 2_147_483_647
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
+# URL scheme (before "+driver") -> our type, and the one driver we ship for it.
+_SCHEMES = {
+    "sqlite": "sqlite",
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+}
+_DRIVERS = {"sqlite": ("pysqlite",), "postgresql": ("psycopg",), "mysql": ("pymysql",)}
+_SA_DRIVERNAMES = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS settings for PostgreSQL and MySQL (file paths, as the drivers take them)."""
+
+    ca: str | None = None  # CA bundle used to verify the server certificate
+    cert: str | None = None  # client certificate (needs ``key``)
+    key: str | None = None  # client private key (needs ``cert``); masked in snapshots
+    verify: bool = True  # verify the certificate chain and the host name
+
+    def __post_init__(self) -> None:
+        for name in ("ca", "cert", "key"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                _fail(f"tls.{name}", "must be a non-empty file path", value)
+        if not isinstance(self.verify, bool):
+            _fail("tls.verify", "must be true or false", self.verify)
+        if (self.cert is None) != (self.key is None):
+            _fail("tls.cert" if self.cert is None else "tls.key", "tls.cert and tls.key go together")
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    """Where the shared database is and how to talk to it. One line per field:"""
+
+    type: DatabaseType  # sqlite | postgresql | mysql (MariaDB is "mysql")
+    database: str  # SQLite file path, or the database name on the server
+    host: str | None = None  # server host (PostgreSQL / MySQL); default 127.0.0.1
+    port: int | None = None  # server port; default 5432 / 3306
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)  # masked in snapshots
+    pool_size: int = 10  # connections kept per process, 1..1000
+    acquire_timeout_ms: int = 10_000  # wait for a pooled connection, 1..2147483647
+    connect_timeout_ms: int = 10_000  # establishing one connection, 1..2147483647
+    busy_timeout_ms: int = 30_000  # SQLite: wait for the file's write lock, 1..2147483647
+    tls: TlsConfig | None = None  # None = driver default (no TLS requested)
+
+    def __post_init__(self) -> None:
+        if self.type not in _DRIVERS:
+            _fail("type", "must be one of sqlite, postgresql, mysql", self.type)
+        _check_text("database", self.database)
+        if self.type == "sqlite":
+            self._check_sqlite()
+        else:
+            self._check_server()
+        _check_int("pool_size", self.pool_size, 1, 1000)
+        _check_int("acquire_timeout_ms", self.acquire_timeout_ms, 1, MAX_TIMEOUT_MS)
+        _check_int("connect_timeout_ms", self.connect_timeout_ms, 1, MAX_TIMEOUT_MS)
+        _check_int("busy_timeout_ms", self.busy_timeout_ms, 1, MAX_TIMEOUT_MS)
+        if self.tls is not None and not isinstance(self.tls, TlsConfig):
+            _fail("tls", "must be a TlsConfig or a mapping", self.tls)
+
+    def _check_sqlite(self) -> None:
+        if self.database == ":memory:" or self.database.startswith("file::memory:"):
+            _fail("database", "an in-memory SQLite database cannot be shared by connections; give a file path")
+        for name in ("host", "port", "user", "password", "tls"):
+            if getattr(self, name) is not None:
+                _fail(name, "does not apply to SQLite")
+
+    def _check_server(self) -> None:
+        if self.host is not None:
+            _check_text("host", self.host)
+        if self.port is not None:
+            _check_int("port", self.port, 1, 65535)
+        if self.user is not None:
+            _check_text("user", self.user)
+        if self.password is not None and not isinstance(self.password, str):
+            _fail("password", "must be a string")
+
+    # --- constructors ----------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> DatabaseConfig:
+        """Parse ``sqlite:///file.db``, ``postgresql://u:p@h:5432/db``, ``mysql://...``."""
+        return cls.from_mapping({"url": url, **overrides})
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> DatabaseConfig:
+        """Build from a mapping of fields; a ``url`` key supplies the connection fields."""
+        data = dict(values)
+        known = {f.name for f in fields(cls)} | {"url"}
+        for key in data:
+            if key not in known:
+                _fail(key, "is not a database setting")
+        url = data.pop("url", None)
+        if url is not None:
+            data = {**_fields_from_url(url), **{k: v for k, v in data.items() if v is not None}}
+        if isinstance(data.get("tls"), Mapping):
+            data["tls"] = _tls_from_mapping(data["tls"])
+        if "type" not in data:
+            _fail("type", "is required (or give url)")
+        if "database" not in data:
+            _fail("database", "is required")
+        return cls(**data)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> DatabaseConfig:
+        """Read ``HAI_DATABASE_URL`` (default ``sqlite:///scheduler.db``) and ``HAI_DATABASE_*``."""
+        env = os.environ if environ is None else environ
+        data: dict[str, Any] = {"url": env.get("HAI_DATABASE_URL") or "sqlite:///scheduler.db"}
+        for name in ("pool_size", "acquire_timeout_ms", "connect_timeout_ms", "busy_timeout_ms"):
+            raw = env.get(f"HAI_DATABASE_{name.upper()}")
+            if raw:
+                data[name] = _int_from_text(name, raw)
+        tls = {k: env[f"HAI_DATABASE_TLS_{k.upper()}"] for k in ("ca", "cert", "key", "verify")
+               if env.get(f"HAI_DATABASE_TLS_{k.upper()}")}
+        if tls:
+            data["tls"] = tls
+        config = cls.from_mapping(data)
+        check_production_guard(config, env)
+        return config
+
+    # --- derived views -----------------------------------------------------------
+
+    def sqlalchemy_url(self) -> URL:
+        """The SQLAlchemy URL with our driver for this type (contains the password)."""
+        if self.type == "sqlite":
+            return URL.create("sqlite", database=self.database)
+        return URL.create(
+            _SA_DRIVERNAMES[self.type],
+            username=self.user,
+            password=self.password,
+            host=self.host or "127.0.0.1",
+            port=self.port or DEFAULT_PORTS[self.type],
+            database=self.database,
+        )
+
+    def redacted(self) -> dict[str, Any]:
+        """A snapshot safe to show or log: no password, URL credential or TLS key."""
+        snapshot = asdict(self)
+        if self.password is not None:
+            snapshot["password"] = MASK
+        if self.tls is not None and self.tls.key is not None:
+            snapshot["tls"]["key"] = MASK
+        snapshot["url"] = self.sqlalchemy_url().render_as_string(hide_password=True)
+        return snapshot
+
+    def with_database(self, database: str) -> DatabaseConfig:
+        return replace(self, database=database)
+
+
+def check_production_guard(config: DatabaseConfig, environ: Mapping[str, str] | None = None) -> None:
+    """``HAI_ENV=production`` refuses SQLite (one host only) unless ``HAI_E2E=1``."""
+    env = os.environ if environ is None else environ
+    if config.type == "sqlite" and is_production(env) and env.get("HAI_E2E") != "1":
+        _fail("type", "SQLite is refused when HAI_ENV=production: it cannot be shared across hosts; "
+                      "use PostgreSQL or MySQL (HAI_E2E=1 exempts end-to-end tests)")
+
+
+def is_production(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get("HAI_ENV", "").strip().lower() == "production"
+
+
+def parse_database_config(value: str | Mapping[str, Any] | DatabaseConfig) -> DatabaseConfig:
+    if isinstance(value, DatabaseConfig):
+        return value
+    if isinstance(value, str):
+        return DatabaseConfig.from_url(value)
+    if isinstance(value, Mapping):
+        return DatabaseConfig.from_mapping(value)
+    _fail("database", "give a URL string, a mapping or a DatabaseConfig", type(value).__name__)
+
+
+# --- helpers ---------------------------------------------------------------------
+
+
+def _fields_from_url(url: Any) -> dict[str, Any]:
+    if not isinstance(url, str) or not url.strip():
+        _fail("url", "must be a non-empty string")
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        _fail("url", "is not a database URL (expected e.g. postgresql://user@host:5432/db)")
+    scheme, _, driver = parsed.drivername.partition("+")
+    db_type = _SCHEMES.get(scheme)
+    if db_type is None:
+        _fail("url", f"unsupported database type {scheme!r}; use sqlite, postgresql or mysql")
+    if driver and driver not in _DRIVERS[db_type]:
+        _fail("url", f"driver {driver!r} is not supported for {db_type}; use {_DRIVERS[db_type][0]}")
+    if parsed.query:
+        _fail("url", "query parameters are not accepted; use the configuration fields instead")
+    if db_type == "sqlite":
+        if not parsed.database:
+            _fail("database", "an in-memory SQLite database cannot be shared by connections; give a file path")
+        return {"type": "sqlite", "database": parsed.database}
+    if not parsed.database:
+        _fail("database", "is required in the URL path (…/dbname)")
+    return {
+        "type": db_type, "database": parsed.database, "host": parsed.host, "port": parsed.port,
+        "user": parsed.username, "password": parsed.password,
+    }
+
+
+def _tls_from_mapping(values: Mapping[str, Any]) -> TlsConfig:
+    allowed = {f.name for f in fields(TlsConfig)}
+    for key in values:
+        if key not in allowed:
+            _fail(f"tls.{key}", "is not a TLS setting")
+    data = dict(values)
+    if isinstance(data.get("verify"), str):
+        data["verify"] = _bool_from_text("tls.verify", data["verify"])
+    return TlsConfig(**data)
+
+
+def _check_text(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        _fail(name, "must be a non-empty string", value)
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        _fail(name, f"must be an integer between {low} and {high}", value)
+
+
+def _int_from_text(name: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        _fail(name, "must be an integer", raw)
+
+
+def _bool_from_text(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    _fail(name, "must be true or false", raw)
+
+
+_NO_VALUE = object()
+
+
+def _fail(name: str, message: str, value: Any = _NO_VALUE) -> NoReturn:
+    if value is not _NO_VALUE and name not in ("password", "tls.key"):
+        message = f"{message} (got {value!r})"
+    raise DatabaseConfigError(name, message)

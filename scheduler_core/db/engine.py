@@ -1,0 +1,194 @@
+"""Engine creation, per-dialect session set-up, health check and explicit close.
+
+``create_engine`` validates the configuration, builds a SQLAlchemy engine, installs the
+session set-up every scheduler statement relies on, and runs a health check; when the check
+fails it disposes of the engine and raises, so nothing half-made is handed out.
+
+Session set-up (``prepare_engine``, also for engines made elsewhere, e.g. Flask-SQLAlchemy):
+
+- SQLite: WAL, a busy timeout, and ``BEGIN IMMEDIATE`` for every transaction that may
+  write. A deferred transaction that reads and then writes fails with SQLITE_BUSY_SNAPSHOT
+  even with a busy timeout, when another process committed in between; taking the write
+  lock at BEGIN makes writers queue on the busy timeout instead. Read-only work opts into a
+  plain ``BEGIN`` with ``execution_options(hai_read_only=True)`` so it never blocks writers.
+- MySQL / MariaDB: READ COMMITTED (so a conditional UPDATE re-reads the latest committed
+  row instead of a stale snapshot) and ``time_zone = '+00:00'`` (see clock.py).
+- PostgreSQL: READ COMMITTED (the server default, set explicitly) and an application name.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy import event, select
+from sqlalchemy.engine import Connection, Engine
+
+from scheduler_core.db.clock import db_now_ms, to_ms
+from scheduler_core.db.config import DatabaseConfig, check_production_guard, parse_database_config
+from scheduler_core.errors import DatabaseCloseError, DatabaseConnectionError
+
+DialectKind = Literal["sqlite", "postgresql", "mysql"]
+
+_configs: weakref.WeakKeyDictionary[Engine, DatabaseConfig] = weakref.WeakKeyDictionary()
+_prepared: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def create_engine(
+    database: str | Mapping[str, Any] | DatabaseConfig,
+    *,
+    environ: Mapping[str, str] | None = None,
+    echo: bool = False,
+) -> Engine:
+    """Create a health-checked engine from a URL, a mapping or a :class:`DatabaseConfig`.
+
+    Raises :class:`DatabaseConfigError` (bad value, naming the field) before anything is
+    created, or :class:`DatabaseConnectionError` when the health check fails.
+    """
+    config = parse_database_config(database)
+    check_production_guard(config, environ)
+    engine = sa.create_engine(config.sqlalchemy_url(), echo=echo, **_engine_options(config))
+    prepare_engine(engine, busy_timeout_ms=config.busy_timeout_ms)
+    try:
+        health_check(engine)
+    except Exception as exc:
+        engine.dispose()
+        target = config.redacted()["url"]
+        raise DatabaseConnectionError(f"health check of {target} failed: {_describe(exc)}") from exc
+    _configs[engine] = config
+    return engine
+
+
+def prepare_engine(engine: Engine, *, busy_timeout_ms: int = 30_000) -> Engine:
+    """Install the session set-up on ``engine`` (idempotent). Call before first use."""
+    if engine in _prepared:
+        return engine
+    kind = dialect_kind(engine)
+    if kind == "sqlite":
+        event.listen(engine, "connect", functools.partial(_sqlite_on_connect, busy_timeout_ms))
+        event.listen(engine, "begin", _sqlite_on_begin)
+    elif kind == "mysql":
+        event.listen(engine, "connect", _mysql_on_connect)
+    _prepared.add(engine)
+    return engine
+
+
+def health_check(engine: Engine) -> int:
+    """Round-trip to the database; returns its clock in unix ms."""
+    with engine.connect().execution_options(hai_read_only=True) as conn:
+        value = to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms")
+        conn.rollback()
+    return value
+
+
+def close_engine(engine: Engine) -> None:
+    """Close every pooled connection. Raises :class:`DatabaseCloseError` on failure."""
+    try:
+        engine.dispose()
+    except Exception as exc:
+        raise DatabaseCloseError(f"closing the database engine failed: {_describe(exc)}") from exc
+    _configs.pop(engine, None)
+
+
+def database_config(engine: Engine) -> DatabaseConfig | None:
+    """The configuration an engine was created from (None for engines made elsewhere)."""
+    return _configs.get(engine)
+
+
+def dialect_kind(bind: Engine | Connection) -> DialectKind:
+    name = bind.dialect.name
+    if name == "sqlite":
+        return "sqlite"
+    if name == "postgresql":
+        return "postgresql"
+    if name in ("mysql", "mariadb"):
+        return "mysql"
+    raise DatabaseConnectionError(f"unsupported database dialect {name!r}")
+
+
+# --- per-dialect set-up ----------------------------------------------------------
+
+
+def _engine_options(config: DatabaseConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "pool_size": config.pool_size,
+        "max_overflow": 0,
+        "pool_timeout": config.acquire_timeout_ms / 1000,
+        "pool_pre_ping": config.type != "sqlite",
+    }
+    connect_seconds = max(1, math.ceil(config.connect_timeout_ms / 1000))
+    if config.type == "sqlite":
+        options["poolclass"] = sa.pool.QueuePool
+        options["connect_args"] = {"timeout": config.busy_timeout_ms / 1000, "check_same_thread": False}
+    elif config.type == "postgresql":
+        options["isolation_level"] = "READ COMMITTED"
+        options["connect_args"] = {
+            "connect_timeout": connect_seconds, "application_name": "hai-scheduler", **_pg_tls(config)}
+    else:
+        options["isolation_level"] = "READ COMMITTED"
+        options["connect_args"] = {"connect_timeout": connect_seconds, "charset": "utf8mb4", **_mysql_tls(config)}
+    return options
+
+
+def _pg_tls(config: DatabaseConfig) -> dict[str, Any]:
+    tls = config.tls
+    if tls is None:
+        return {}
+    args: dict[str, Any] = {"sslmode": "verify-full" if tls.verify else "require"}
+    for key, name in (("ca", "sslrootcert"), ("cert", "sslcert"), ("key", "sslkey")):
+        if getattr(tls, key):
+            args[name] = getattr(tls, key)
+    return args
+
+
+def _mysql_tls(config: DatabaseConfig) -> dict[str, Any]:
+    tls = config.tls
+    if tls is None:
+        return {}
+    args: dict[str, Any] = {"ssl_verify_cert": tls.verify, "ssl_verify_identity": tls.verify}
+    for key in ("ca", "cert", "key"):
+        if getattr(tls, key):
+            args[f"ssl_{key}"] = getattr(tls, key)
+    if not any(getattr(tls, key) for key in ("ca", "cert", "key")):
+        args["ssl"] = {}  # TLS with the system trust store
+    return args
+
+
+def _sqlite_on_connect(busy_ms: int, dbapi_connection: Any, connection_record: Any) -> None:
+    # Hand transaction control to SQLAlchemy's "begin" event below (pysqlite would
+    # otherwise start its own deferred transactions).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        # busy_timeout first: switching a fresh file to WAL needs the lock too.
+        cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    read_only = conn.get_execution_options().get("hai_read_only", False)
+    conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def _mysql_on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SET SESSION time_zone = '+00:00'")
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    finally:
+        cursor.close()
+    # PyMySQL runs with autocommit off; SET statements opened nothing to keep.
+    dbapi_connection.commit()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

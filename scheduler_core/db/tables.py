@@ -1,0 +1,168 @@
+"""The schema as SQLAlchemy Core tables (DESIGN §4). Migrations create it; this module
+is the model that the migration test compares the migrated database against.
+
+Conventions:
+- every timestamp is a BIGINT of unix milliseconds taken from the database clock;
+- payloads are JSON columns (JSONB on PostgreSQL), never VARCHAR(255);
+- MySQL tables are InnoDB, utf8mb4 with a binary collation, so ids and keys compare
+  case-sensitively and byte-for-byte, as they do on PostgreSQL and SQLite;
+- invariants live in the schema as the last line of defence: the occurrence id is the
+  journal's primary key, a task has one slot row, (task id, idempotency key) is unique.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+MYSQL_TABLE_OPTIONS: dict[str, Any] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
+
+ID_LENGTH = 128  # task ids, node ids, idempotency keys, sources
+OCCURRENCE_ID_LENGTH = 64
+TOKEN_LENGTH = 64
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+def _ms(name: str, nullable: bool = False) -> Column[int]:
+    return Column(name, BigInteger, nullable=nullable)
+
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("description", Text, nullable=True),
+    Column("cron", String(255), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("delete_after_run", Boolean, nullable=False),
+    Column("idempotent", Boolean, nullable=False),
+    Column("retry", Json, nullable=True),
+    Column("handler", Json, nullable=True),
+    Column("params", Json, nullable=True),
+    Column("revision", BigInteger, nullable=False),
+    _ms("created_at"),
+    _ms("updated_at"),
+    Index(None, "updated_at"),
+    Index(None, "enabled", "id"),
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# One row per task: the task's single active slot. Cron occurrences, manual triggers and
+# later periods all compete for it; an unknown execution keeps it until resolved.
+slots = Table(
+    "slots",
+    metadata,
+    Column("task_id", String(ID_LENGTH), primary_key=True),
+    Column("occurrence_id", String(OCCURRENCE_ID_LENGTH), nullable=True),
+    Column("execution_token", String(TOKEN_LENGTH), nullable=True),
+    _ms("updated_at"),
+    Index(None, "occurrence_id"),
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# The journal: one row per occurrence, whatever became of it.
+executions = Table(
+    "executions",
+    metadata,
+    Column("occurrence_id", String(OCCURRENCE_ID_LENGTH), primary_key=True),
+    Column("task_id", String(ID_LENGTH), nullable=False),
+    Column("task_revision", BigInteger, nullable=False),
+    Column("trigger", String(16), nullable=False),  # cron | manual
+    Column("source", String(ID_LENGTH), nullable=True),
+    Column("idempotency_key", String(ID_LENGTH), nullable=True),
+    _ms("scheduled_minute", nullable=True),  # UTC minute start of a cron occurrence
+    Column("status", String(16), nullable=False),
+    Column("reason", String(64), nullable=True),  # e.g. slot_busy, lease_lost, deleted
+    Column("sequence", Integer, nullable=False),  # ownership generation: 1, +1 per takeover
+    Column("attempt", Integer, nullable=False),  # attempts used of the budget
+    Column("max_attempts", Integer, nullable=False),  # the stored budget
+    Column("execution_token", String(TOKEN_LENGTH), nullable=True),
+    Column("owner_node", String(ID_LENGTH), nullable=True),
+    _ms("lease_until", nullable=True),
+    _ms("next_attempt_at", nullable=True),
+    Column("attempts", Json, nullable=False),  # every attempt with its stable log UUID
+    Column("log_persistence", String(16), nullable=True),  # persisted | pending | unconfirmed
+    Column("resolved_by", String(ID_LENGTH), nullable=True),
+    Column("resolution_reason", Text, nullable=True),
+    _ms("created_at"),
+    _ms("updated_at"),
+    UniqueConstraint("task_id", "idempotency_key"),
+    Index(None, "status", "lease_until"),  # expiry scan
+    Index(None, "status", "updated_at"),  # unknown review, status filters
+    Index(None, "task_id", "created_at"),  # task detail history
+    Index(None, "log_persistence", "updated_at"),  # log failures
+    Index(None, "owner_node", "status"),  # leases per node
+    Index(None, "created_at"),  # overview chart, time filters
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# One row per attempt, keyed by the attempt's stable UUID; observational and prunable.
+logs = Table(
+    "logs",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("occurrence_id", String(OCCURRENCE_ID_LENGTH), nullable=False),
+    Column("task_id", String(ID_LENGTH), nullable=False),
+    Column("trigger", String(16), nullable=False),
+    Column("source", String(ID_LENGTH), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("sequence", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("node_id", String(ID_LENGTH), nullable=True),
+    _ms("started_at"),
+    _ms("finished_at", nullable=True),
+    Column("duration_ms", BigInteger, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("result", Json, nullable=True),
+    _ms("created_at"),
+    Index(None, "started_at", "id"),  # keyset pagination, retention
+    Index(None, "task_id", "started_at"),
+    Index(None, "status", "started_at"),
+    Index(None, "source", "started_at"),
+    Index(None, "occurrence_id"),
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# Node heartbeats, for the dashboard only: liveness never decides ownership (leases do).
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_id", String(ID_LENGTH), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    _ms("started_at"),
+    _ms("last_seen_at"),
+    _ms("stopped_at", nullable=True),
+    Index(None, "last_seen_at"),
+    **MYSQL_TABLE_OPTIONS,
+)

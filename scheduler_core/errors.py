@@ -1,0 +1,131 @@
+"""Error types with stable codes.
+
+Every error the library raises derives from :class:`SchedulerError` and carries the
+seed's stable ``code`` (``hai:scheduler:0NN``). Codes are the contract shown by the
+dashboard and written to logs; messages are for people and may change.
+
+The database layer uses its own ``hai:reldb:0NN`` codes under :class:`DatabaseError`,
+which is still a :class:`SchedulerError` so an application catches one root.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SchedulerError(Exception):
+    """Root of every error raised by scheduler_core."""
+
+    code = "hai:scheduler:023"
+    name = "EXECUTION_FAILED"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.message}"
+
+
+class NotInitializedError(SchedulerError):
+    code, name = "hai:scheduler:010", "NOT_INITIALIZED"
+
+
+class InitFailedError(SchedulerError):
+    code, name = "hai:scheduler:011", "INIT_FAILED"
+
+
+class ConfigError(SchedulerError):
+    """A configuration value is invalid; ``field`` names it (dotted path)."""
+
+    code, name = "hai:scheduler:012", "CONFIG_ERROR"
+
+    def __init__(self, field: str, message: str, **details: Any) -> None:
+        super().__init__(f"{field}: {message}", field=field, **details)
+        self.field = field
+
+
+class TaskNotFoundError(SchedulerError):
+    code, name = "hai:scheduler:020", "TASK_NOT_FOUND"
+
+
+class TaskAlreadyExistsError(SchedulerError):
+    code, name = "hai:scheduler:021", "TASK_ALREADY_EXISTS"
+
+
+class InvalidCronError(SchedulerError):
+    code, name = "hai:scheduler:022", "INVALID_CRON"
+
+
+class ExecutionFailedError(SchedulerError):
+    code, name = "hai:scheduler:023", "EXECUTION_FAILED"
+
+
+class JsExecutionFailedError(SchedulerError):
+    code, name = "hai:scheduler:024", "JS_EXECUTION_FAILED"
+
+
+class ApiExecutionFailedError(SchedulerError):
+    code, name = "hai:scheduler:025", "API_EXECUTION_FAILED"
+
+
+class DbSaveFailedError(SchedulerError):
+    code, name = "hai:scheduler:026", "DB_SAVE_FAILED"
+
+
+class AlreadyRunningError(SchedulerError):
+    code, name = "hai:scheduler:027", "ALREADY_RUNNING"
+
+
+class NotRunningError(SchedulerError):
+    code, name = "hai:scheduler:028", "NOT_RUNNING"
+
+
+class JsCompileFailedError(SchedulerError):
+    code, name = "hai:scheduler:030", "JS_COMPILE_FAILED"
+
+
+class HookExecutionFailedError(SchedulerError):
+    code, name = "hai:scheduler:031", "HOOK_EXECUTION_FAILED"
+
+
+class LogPersistFailedError(SchedulerError):
+    code, name = "hai:scheduler:032", "LOG_PERSIST_FAILED"
+
+
+# --- database layer -------------------------------------------------------------
+
+
+class DatabaseError(SchedulerError):
+    """Root of database-layer errors (``hai:reldb:*``)."""
+
+    code, name = "hai:reldb:002", "QUERY_FAILED"
+
+
+class DatabaseConnectionError(DatabaseError):
+    """The database could not be reached or failed its health check."""
+
+    code, name = "hai:reldb:001", "CONNECTION_FAILED"
+
+
+class DatabaseCloseError(DatabaseError):
+    """Releasing the engine's connections failed; the caller should retry ``close``."""
+
+    code, name = "hai:reldb:003", "CLOSE_FAILED"
+
+
+class InvalidStoredValueError(DatabaseError):
+    """A value read from the database is not what the schema promises."""
+
+    code, name = "hai:reldb:004", "INVALID_VALUE"
+
+
+class MigrationError(DatabaseError):
+    code, name = "hai:reldb:005", "MIGRATION_FAILED"
+
+
+class DatabaseConfigError(ConfigError):
+    """Invalid database configuration; ``field`` names the offending setting."""
+
+    code, name = "hai:reldb:012", "CONFIG_ERROR"

@@ -1,0 +1,84 @@
+"""Migrations: idempotent, safe from two processes at once, and equal to the model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import insert, inspect
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+
+from scheduler_core.db import close_engine, create_engine, migration_state, upgrade
+from scheduler_core.db.migrate import VERSION_TABLE, head_revision
+from scheduler_core.db.tables import executions, metadata, slots
+from tests.conftest import TestDatabase
+
+
+def _cli_upgrade(url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "scheduler_core.cli", "db", "upgrade", "--database-url", url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_upgrade_twice_is_a_no_op(empty_database: TestDatabase) -> None:
+    engine = create_engine(empty_database.url)
+    try:
+        assert migration_state(engine).current is None
+        assert upgrade(engine).up_to_date
+        assert upgrade(engine).current == head_revision()
+        assert set(inspect(engine).get_table_names()) >= {"tasks", "slots", "executions", "logs", "nodes"}
+    finally:
+        close_engine(engine)
+
+
+def test_two_processes_upgrading_at_once(empty_database: TestDatabase) -> None:
+    procs = [_cli_upgrade(empty_database.url) for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+    assert sorted("empty ->" in out for out, _ in outputs) == [False, True]
+    engine = create_engine(empty_database.url)
+    try:
+        assert migration_state(engine).up_to_date
+    finally:
+        close_engine(engine)
+
+
+def test_migrated_schema_matches_the_model(engine: Engine) -> None:
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE, "compare_type": True})
+        diff = compare_metadata(context, metadata)
+        conn.rollback()
+    assert diff == []
+
+
+def _execution(occurrence_id: str, key: str | None = None, task_id: str = "t") -> dict[str, object]:
+    return {"occurrence_id": occurrence_id, "task_id": task_id, "task_revision": 1, "trigger": "manual",
+            "idempotency_key": key, "status": "running", "sequence": 1, "attempt": 1, "max_attempts": 1,
+            "attempts": [], "created_at": 1, "updated_at": 1}
+
+
+@pytest.mark.parametrize(
+    ("table", "first", "second"),
+    [
+        (executions, _execution("occ-1"), _execution("occ-1")),  # occurrence id is the primary key
+        (executions, _execution("occ-1", "k"), _execution("occ-2", "k")),  # (task, idempotency key)
+        (slots, {"task_id": "t", "updated_at": 1}, {"task_id": "t", "updated_at": 2}),  # one slot per task
+    ],
+    ids=["occurrence-id", "idempotency-key", "one-slot-per-task"],
+)
+def test_schema_invariants_refuse_violations(engine: Engine, table: object, first: dict[str, object],
+                                            second: dict[str, object]) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(table), first)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        conn.execute(insert(table), second)  # type: ignore[arg-type]
+
+
+def test_keyless_triggers_and_other_tasks_do_not_collide(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(executions), [_execution("a"), _execution("b"), _execution("c", "k", task_id="u"),
+                                          _execution("d", "k", task_id="v")])

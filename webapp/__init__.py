@@ -1,0 +1,5 @@
+"""The operator dashboard (Flask). It calls scheduler_core only; it holds no SQL of its own."""
+
+from webapp.app import create_app
+
+__all__ = ["create_app"]
