@@ -1,7 +1,22 @@
 """hai-scheduler: a distributed cron scheduler whose only coordination point is one SQL database."""
 
-from scheduler_core.errors import ConfigError, DatabaseError, SchedulerError
+from scheduler_core.config import SchedulerConfig
+from scheduler_core.errors import ConfigError, DatabaseError, SchedulerError, SchedulerTaskSkippedError
+from scheduler_core.model import ExecutionLog, RetryPolicy, TaskDefinition
+from scheduler_core.runtime import Scheduler, TaskEvent
 
 __version__ = "0.1.0"
 
-__all__ = ["ConfigError", "DatabaseError", "SchedulerError", "__version__"]
+__all__ = [
+    "ConfigError",
+    "DatabaseError",
+    "ExecutionLog",
+    "RetryPolicy",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerError",
+    "SchedulerTaskSkippedError",
+    "TaskDefinition",
+    "TaskEvent",
+    "__version__",
+]

@@ -129,3 +129,22 @@ class DatabaseConfigError(ConfigError):
     """Invalid database configuration; ``field`` names the offending setting."""
 
     code, name = "hai:reldb:012", "CONFIG_ERROR"
+
+
+# --- codes beyond the seed's table (033+) -------------------------------------------
+
+
+class ConflictError(SchedulerError):
+    """A compare-and-set lost: the row changed since the caller read it (stale version)."""
+
+    code, name = "hai:scheduler:033", "CONFLICT"
+
+
+class ExecutionNotFoundError(SchedulerError):
+    code, name = "hai:scheduler:034", "EXECUTION_NOT_FOUND"
+
+
+class SchedulerTaskSkippedError(SchedulerError):
+    """Raised by a host handler to say "not this time": the attempt ends ``interrupted``."""
+
+    code, name = "hai:scheduler:035", "TASK_SKIPPED"

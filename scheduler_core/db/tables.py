@@ -166,3 +166,13 @@ nodes = Table(
     Index(None, "last_seen_at"),
     **MYSQL_TABLE_OPTIONS,
 )
+
+# Small named counters. ``tasks_version`` is bumped in the same transaction as every task
+# change, so a node detects any change (including delete + insert) with one cheap read.
+scheduler_meta = Table(
+    "scheduler_meta",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+    **MYSQL_TABLE_OPTIONS,
+)

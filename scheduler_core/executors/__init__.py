@@ -1,0 +1,34 @@
+"""Handler executors: hook (host callables); http and code workers plug in the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler_core.errors import ConfigError
+from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Executor, Outcome
+from scheduler_core.executors.hook import HookExecutor
+
+
+class ExecutorRegistry:
+    """Executors by handler kind."""
+
+    def __init__(self, executors: list[Executor] | None = None) -> None:
+        self._by_kind: dict[str, Executor] = {}
+        for executor in executors if executors is not None else [HookExecutor()]:
+            self._by_kind[executor.kind] = executor
+
+    def get(self, kind: str) -> Executor | None:
+        return self._by_kind.get(kind)
+
+    def validate(self, handler: Mapping[str, Any]) -> dict[str, Any]:
+        kind = handler.get("kind", "hook")
+        executor = self._by_kind.get(kind) if isinstance(kind, str) else None
+        if executor is None:
+            raise ConfigError("handler.kind", f"unsupported handler kind {kind!r}; "
+                                              f"use one of {', '.join(sorted(self._by_kind))}")
+        return executor.validate(handler)
+
+
+__all__ = ["CancelSignal", "ExecutionContext", "ExecutionRequest", "Executor", "ExecutorRegistry", "HookExecutor",
+           "Outcome"]

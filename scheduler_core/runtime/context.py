@@ -1,0 +1,58 @@
+"""What a runner needs from its node, in one object (no globals)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from scheduler_core.config import SchedulerConfig
+from scheduler_core.executors import ExecutorRegistry
+from scheduler_core.runtime.hooks import Hooks
+from scheduler_core.runtime.leases import DbClockEstimate, LeaseKeeper
+from scheduler_core.store import ExecutionRepository, LogRepository, TaskRepository
+
+if TYPE_CHECKING:
+    from scheduler_core.runtime.runner import Runner
+
+
+class RuntimeContext:
+    def __init__(self, config: SchedulerConfig, tasks: TaskRepository, executions: ExecutionRepository,
+                 logs: LogRepository, executors: ExecutorRegistry, hooks: Hooks,
+                 forget_task: Callable[[str], None]) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.tasks = tasks
+        self.executions = executions
+        self.logs = logs
+        self.executors = executors
+        self.hooks = hooks  # replaced whole by set_hooks / clear_hooks
+        self.clock = DbClockEstimate()
+        self.leases = LeaseKeeper(executions, config.renew_interval_ms, config.lease_ms)
+        self.forget_task = forget_task
+        self._runners: dict[str, Runner] = {}
+        self._lock = threading.Lock()
+        self.idle = threading.Condition(self._lock)
+
+    def register_runner(self, runner: Runner) -> None:
+        with self._lock:
+            self._runners[runner.owned.token] = runner
+        self.leases.add(runner.owned.token, runner.signal)
+
+    def unregister_runner(self, runner: Runner) -> None:
+        self.leases.remove(runner.owned.token)
+        with self._lock:
+            self._runners.pop(runner.owned.token, None)
+            self.idle.notify_all()
+
+    def runners(self) -> list[Runner]:
+        with self._lock:
+            return list(self._runners.values())
+
+    def cancel_all(self, reason: str) -> None:
+        for runner in self.runners():
+            runner.signal.cancel(reason)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            return self.idle.wait_for(lambda: not self._runners, timeout)

@@ -1,0 +1,232 @@
+"""The node: tick loop, claims, expiry scan, dispatch to a bounded pool, heartbeat.
+
+APScheduler's BackgroundScheduler is the local tick source only (one interval job, never
+overlapping); the database decides everything else. Each tick:
+1. one statement: DB clock + tasks version; reload definitions only when the version moved;
+2. one statement: expired leases -> take over (idempotent, budget left), else settle;
+3. claim due occurrences (backlog first) up to free capacity, in batches; re-read their
+   definitions in one statement; hand them to the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+
+from scheduler_core.cron import cron_occurrence_id
+from scheduler_core.model import Attempt, Execution, TaskDefinition
+from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.planner import DueOccurrence, Planner
+from scheduler_core.runtime.runner import Ownership, Runner
+from scheduler_core.store import ClaimRequest, NodeRepository
+from scheduler_core.store.dialect import read
+
+logger = logging.getLogger("scheduler_core.node")
+CLAIM_BATCH = 200
+RETENTION_EVERY_S = 600
+
+
+class Node:
+    def __init__(self, ctx: RuntimeContext, nodes: NodeRepository,
+                 refresh: Callable[[int | None], dict[str, TaskDefinition]]) -> None:
+        self.ctx = ctx
+        self.nodes = nodes
+        self.refresh = refresh  # (known version or None) -> current definitions
+        self.planner = Planner()
+        self.pool: ThreadPoolExecutor | None = None
+        self.ticker: BackgroundScheduler | None = None
+        self._tasks_version: int | None = None
+        self._last_heartbeat = 0.0
+        self._last_retention = time.monotonic()
+        self._tick_lock = threading.Lock()
+        self.accepting = False
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        config = self.ctx.config
+        self.pool = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="hai-run")
+        self.accepting = True
+        self.ticker = BackgroundScheduler(daemon=True)
+        self.ticker.add_job(self.tick, "interval", seconds=config.tick_interval_ms / 1000, max_instances=1,
+                            coalesce=True, id="hai-tick")
+        self.ticker.add_job(self.tick, id="hai-first-tick")  # once, right away
+        self.ticker.start()
+
+    def stop(self) -> None:
+        """Stop intake (no more ticks or claims); running executions go on."""
+        self.accepting = False
+        if self.ticker is not None:
+            self.ticker.shutdown(wait=True)
+            self.ticker = None
+        with self._tick_lock:  # a tick in progress finishes its dispatch first
+            pass
+
+    def shutdown_pool(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+        try:
+            self.nodes.mark_stopped(self.ctx.node_id)
+        except Exception:
+            logger.warning("could not mark node %s stopped", self.ctx.node_id, exc_info=True)
+
+    # --- the tick -----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if not self.accepting:
+            return
+        with self._tick_lock:
+            try:
+                self._tick()
+            except Exception:
+                logger.exception("tick failed on node %s; next tick retries", self.ctx.node_id)
+
+    def _tick(self) -> None:
+        snapshot = self.ctx.tasks.tick_snapshot()
+        self.ctx.clock.observe(snapshot.now_ms)
+        if snapshot.tasks_version != self._tasks_version:
+            definitions = self.refresh(None)
+            self._tasks_version = snapshot.tasks_version
+            self.planner.sync(definitions, snapshot.now_ms)
+            self._cancel_stale_runners(definitions)
+        self._recover_expired()
+        self.planner.backlog.extend(self.planner.due(snapshot.now_ms))
+        self._claim_backlog()
+        self._housekeeping()
+
+    def _free_capacity(self) -> int:
+        config = self.ctx.config
+        return max(0, config.max_concurrency + config.max_queued - len(self.ctx.runners()))
+
+    def _claim_backlog(self) -> None:
+        backlog = self.planner.backlog
+        while backlog and self.accepting:
+            room = min(self._free_capacity(), CLAIM_BATCH)
+            if room == 0:
+                return
+            batch = [backlog.popleft() for _ in range(min(room, len(backlog)))]
+            self._claim_batch(batch)
+
+    def _claim_batch(self, batch: list[DueOccurrence]) -> None:
+        known = self.planner._tasks
+        requests = []
+        for due in batch:
+            task = known.get(due.task_id)
+            if task is None:
+                continue
+            requests.append(ClaimRequest(
+                occurrence_id=cron_occurrence_id(due.task_id, due.minute_ms), task_id=due.task_id,
+                task_revision=due.revision, trigger="cron", max_attempts=task.max_attempts,
+                token=str(uuid.uuid4()), scheduled_minute=due.minute_ms))
+        try:
+            results = self.ctx.executions.claim(requests)
+        except Exception:
+            self.planner.backlog.extendleft(reversed(batch))  # seen: keep them until journaled
+            raise
+        claimed = {r.occurrence_id for r in results if r.outcome == "claimed"}
+        mine = [r for r in requests if r.occurrence_id in claimed]
+        if mine:
+            self._dispatch_claimed(mine)
+
+    def _dispatch_claimed(self, requests: list[ClaimRequest]) -> None:
+        # The definition re-read after the claim, for the whole batch in one statement.
+        definitions = read(self.ctx.executions.engine,
+                           lambda conn: self.ctx.tasks.get_many(conn, [r.task_id for r in requests]))
+        for r in requests:
+            execution = claimed_execution(r, self.ctx.node_id)
+            found = definitions.get(r.task_id)
+            task = found if isinstance(found, TaskDefinition) else None
+            runner = Runner(self.ctx, Ownership(execution, r.token, task, []))
+            if isinstance(found, Exception):
+                runner.owned.task = None
+                runner.signal.cancel("unreadable")
+            self._submit(runner)
+
+    def _submit(self, runner: Runner) -> None:
+        self.ctx.register_runner(runner)
+        assert self.pool is not None
+        self.pool.submit(runner.run)
+
+    # --- expired leases -------------------------------------------------------------------
+
+    def _recover_expired(self) -> None:
+        for execution in self.ctx.executions.expired():
+            try:
+                self._recover(execution)
+            except Exception:
+                logger.warning("recovering %s failed; next tick retries", execution.occurrence_id, exc_info=True)
+
+    def _recover(self, execution: Execution) -> None:
+        task = self.planner._tasks.get(execution.task_id)
+        started = execution.attempt > 0
+        if task is not None and task.idempotent and execution.attempt < execution.max_attempts:
+            if self._free_capacity() == 0:
+                return  # leave it for a node with room (or our next tick)
+            token = str(uuid.uuid4())
+            if self.ctx.executions.take_over(execution, token):
+                owned = replace(execution, sequence=execution.sequence + 1, execution_token=token,
+                                owner_node=self.ctx.node_id)
+                self._submit(Runner(self.ctx, Ownership(owned, token, task, list(execution.attempts))))
+            return
+        attempts = [_closed(a) for a in execution.attempts]
+        if not started:
+            # No attempt ever began: nothing can have happened. Interrupt and free the slot.
+            self.ctx.executions.settle_expired(execution, "interrupted", "owner_lost_before_start", attempts, True)
+            return
+        reason = "attempts_exhausted" if task is not None and task.idempotent else "lease_expired"
+        if self.ctx.executions.settle_expired(execution, "unknown", reason, attempts, False):
+            settled = replace(execution, status="unknown", attempts=tuple(attempts))
+            try:
+                self.ctx.logs.project(settled)
+            except Exception:
+                logger.warning("log projection of %s failed (pending, repairable)", execution.occurrence_id)
+
+    # --- definitions changed under running executions ------------------------------------
+
+    def _cancel_stale_runners(self, definitions: dict[str, TaskDefinition]) -> None:
+        from scheduler_core.runtime.runner import definition_problem
+
+        for runner in self.ctx.runners():
+            problem = definition_problem(runner.owned.execution, definitions.get(runner.owned.execution.task_id))
+            if problem:
+                runner.signal.cancel(problem)
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        config = self.ctx.config
+        if now - self._last_heartbeat >= config.heartbeat_interval_ms / 1000:
+            self._last_heartbeat = now
+            self.nodes.heartbeat(self.ctx.node_id, socket.gethostname(), os.getpid())
+        if (config.max_logs or config.retention_days) and now - self._last_retention >= RETENTION_EVERY_S:
+            self._last_retention = now
+            try:
+                self.ctx.logs.prune(config.max_logs, config.retention_days)
+            except Exception:
+                logger.warning("log retention failed (logs kept)", exc_info=True)
+
+
+def claimed_execution(r: ClaimRequest, node_id: str) -> Execution:
+    """The in-memory view of a row we just claimed."""
+    return Execution(
+        occurrence_id=r.occurrence_id, task_id=r.task_id, task_revision=r.task_revision, trigger=r.trigger,  # type: ignore[arg-type]
+        source=r.source, idempotency_key=r.idempotency_key, scheduled_minute=r.scheduled_minute, status="running",
+        reason=None, sequence=1, attempt=0, max_attempts=r.max_attempts, execution_token=r.token,
+        owner_node=node_id, lease_until=None, attempts=(), log_persistence=None, resolved_by=None,
+        resolution_reason=None, created_at=0, updated_at=0)
+
+
+def _closed(attempt: Attempt) -> Attempt:
+    if attempt.status is not None:
+        return attempt
+    return replace(attempt, status="unknown", error=f"owner {attempt.node_id} lost its lease before reporting")
+

@@ -1,0 +1,265 @@
+"""Running one owned execution to its end: begin, call the handler, retry, finish, log.
+
+Rules kept here (DESIGN §5):
+- the definition is re-read after the claim and before every retry; a deleted, disabled
+  or rescheduled task interrupts the stale attempt;
+- an attempt whose lease was lost publishes nothing (its log is ``unconfirmed``);
+- after cancellation an attempt never publishes success: close() leaves a started attempt
+  for takeover (idempotent: lease expired at once) or marks it unknown;
+- only idempotent tasks retry, with the stored backoff, within the stored budget;
+- an unknown outcome keeps the task's slot; every other terminal outcome releases it;
+- the terminal commit writes every attempt into the journal (logs ``pending``), then the
+  logs are projected (``persisted``); a projection failure never changes the outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, replace
+
+from scheduler_core.errors import SchedulerError
+from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
+from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistence, TaskDefinition
+from scheduler_core.runtime.context import RuntimeContext
+
+logger = logging.getLogger("scheduler_core.runner")
+CANCELLED_BY_DEFINITION = ("deleted", "disabled", "rescheduled", "unreadable")
+
+
+@dataclass
+class Ownership:
+    """What the owner of an execution holds in memory."""
+
+    execution: Execution  # the journal row as claimed / taken over
+    token: str
+    task: TaskDefinition | None  # the definition read after the claim (None: deleted)
+    attempts: list[Attempt]
+
+
+def definition_problem(execution: Execution, task: TaskDefinition | Exception | None) -> str | None:
+    """Why the stored definition no longer allows this execution to run, if it does not."""
+    if isinstance(task, Exception):
+        return "unreadable"
+    if task is None:
+        return "deleted"
+    if execution.trigger == "cron":
+        if not task.enabled:
+            return "disabled"
+        if execution.scheduled_minute is not None and not _still_due(task, execution.scheduled_minute):
+            return "rescheduled"
+    return None
+
+
+def _still_due(task: TaskDefinition, minute_ms: int) -> bool:
+    from scheduler_core.cron import fires_at
+
+    return fires_at(task.cron, task.timezone, minute_ms)
+
+
+class Runner:
+    def __init__(self, ctx: RuntimeContext, owned: Ownership) -> None:
+        self.ctx = ctx
+        self.owned = owned
+        self.signal = CancelSignal()
+
+    # --- entry -----------------------------------------------------------------------
+
+    def run(self) -> ExecutionLog:
+        self.ctx.register_runner(self)
+        try:
+            return self._run()
+        except Exception:
+            logger.exception("runner for %s failed unexpectedly", self.owned.execution.occurrence_id)
+            return self._log("unconfirmed", "internal error")
+        finally:
+            self.ctx.unregister_runner(self)
+
+    def _run(self) -> ExecutionLog:
+        self._close_open_attempts()
+        problem = definition_problem(self.owned.execution, self.owned.task)
+        if problem:
+            return self._finish("interrupted", problem, release=True)
+        while True:
+            if self.signal.is_set():
+                return self._cancelled_before_start()
+            if not self._begin_attempt():
+                return self._log("unconfirmed", "lease lost before the attempt began")
+            outcome = self._call_handler()
+            decided = self._decide(outcome)
+            if decided is not None:
+                return decided
+
+    # --- steps ---------------------------------------------------------------------------
+
+    def _close_open_attempts(self) -> None:
+        """Attempts begun by a previous owner that never reported: their effect is unknown."""
+        self.owned.attempts = [
+            a if a.status is not None else replace(
+                a, status="unknown", finished_at=a.finished_at,
+                error=f"owner {a.node_id} lost its lease before reporting (taken over)")
+            for a in self.owned.attempts]
+
+    def _begin_attempt(self) -> bool:
+        number = len(self.owned.attempts) + 1
+        attempt = Attempt(log_id=str(uuid.uuid4()), attempt=number, sequence=self.owned.execution.sequence,
+                          node_id=self.ctx.node_id, started_at=self.ctx.clock.now_ms())
+        self.owned.attempts.append(attempt)
+        if self.ctx.executions.begin_attempt(self.owned.execution.occurrence_id, self.owned.token,
+                                             self.owned.attempts):
+            return True
+        self.owned.attempts.pop()
+        return False
+
+    def _request(self) -> ExecutionRequest:
+        task = self.owned.task
+        assert task is not None
+        execution = self.owned.execution
+        context = ExecutionContext(
+            task_id=task.id, occurrence_id=execution.occurrence_id, execution_token=self.owned.token,
+            sequence=execution.sequence, attempt=len(self.owned.attempts), trigger=execution.trigger,
+            source=execution.source, scheduled_minute=execution.scheduled_minute, params=dict(task.params or {}))
+        return ExecutionRequest(task=task, handler=task.handler or {"kind": "hook"}, context=context,
+                                signal=self.signal, hooks=self.ctx.hooks)
+
+    def _call_handler(self) -> Outcome:
+        request = self._request()
+        hooks = request.hooks
+        hooks.observe("on_task_start", hooks.event(request))
+        executor = self.ctx.executors.get(str(request.handler.get("kind", "hook")))
+        if executor is None:
+            outcome = Outcome("interrupted", error=f"missing handler: no executor for {request.handler.get('kind')!r}")
+        else:
+            try:
+                outcome = executor.execute(request)
+            except Exception as exc:  # an executor bug must not leave the slot held forever
+                outcome = Outcome("failed", error=f"executor error: {type(exc).__name__}: {exc}")
+        name = "on_task_finish" if outcome.status == "success" else "on_task_error"
+        hooks.observe(name, hooks.event(request, status=outcome.status, result=outcome.result, error=outcome.error))
+        self._record(outcome)
+        return outcome
+
+    def _record(self, outcome: Outcome) -> None:
+        last = self.owned.attempts[-1]
+        self.owned.attempts[-1] = replace(last, status=outcome.status, error=outcome.error,
+                                          result=outcome.result, finished_at=self.ctx.clock.now_ms())
+
+    def _decide(self, outcome: Outcome) -> ExecutionLog | None:
+        """Turn an attempt's outcome into the execution's next step (None: try again)."""
+        if self.signal.is_set():
+            return self._cancelled_after_start()
+        task = self.owned.task
+        assert task is not None
+        if outcome.status == "success":
+            return self._finish("success", None, release=True)
+        if outcome.status == "interrupted":
+            return self._finish("interrupted", "handler", release=True)
+        if task.idempotent and len(self.owned.attempts) < self.owned.execution.max_attempts:
+            return self._wait_for_retry()
+        if outcome.status == "unknown":
+            return self._finish("unknown", "outcome_unknown", release=False)
+        return self._finish("failed", None, release=True)
+
+    def _wait_for_retry(self) -> ExecutionLog | None:
+        task = self.owned.task
+        assert task is not None and task.retry is not None
+        delay_ms = task.retry.delay_before(len(self.owned.attempts) + 1)
+        if self.signal.wait(delay_ms / 1000):
+            return self._cancelled_before_start()
+        try:
+            fresh: TaskDefinition | Exception | None = self.ctx.tasks.get(task.id)
+        except SchedulerError as exc:
+            fresh = exc
+        problem = definition_problem(self.owned.execution, fresh)
+        if problem:
+            return self._finish("interrupted", problem, release=True)
+        self.owned.task = fresh if isinstance(fresh, TaskDefinition) else task
+        return None
+
+    def _cancelled_before_start(self) -> ExecutionLog:
+        """Cancelled while no handler of this owner was running."""
+        reason = self.signal.reason or "cancelled"
+        if reason == "lease_lost":
+            return self._log("unconfirmed", "lease lost")
+        return self._finish("interrupted", reason, release=True)
+
+    def _overrule_last_attempt(self, status: str, error: str) -> None:
+        last = self.owned.attempts[-1]
+        if last.status != status:
+            self.owned.attempts[-1] = replace(last, status=status, error=error, result=None)
+
+    def _cancelled_after_start(self) -> ExecutionLog:
+        reason = self.signal.reason or "cancelled"
+        if reason == "lease_lost":
+            return self._log("unconfirmed", "lease lost while the handler ran")
+        if reason in CANCELLED_BY_DEFINITION:
+            self._overrule_last_attempt("interrupted", f"cancelled: task {reason}")
+            return self._finish("interrupted", reason, release=True)
+        # Closing: the handler had started, so its effect may exist. Never publish success.
+        self._overrule_last_attempt("unknown", "the node closed while the handler ran")
+        task = self.owned.task
+        if task is not None and task.idempotent and len(self.owned.attempts) < self.owned.execution.max_attempts:
+            self.ctx.executions.expire_now(self.owned.execution.occurrence_id, self.owned.token)
+            return self._log("unconfirmed", "node closed; left for takeover")
+        return self._finish("unknown", "node_closed", release=False)
+
+    # --- terminal commit and logs -------------------------------------------------------
+
+    def _finish(self, status: str, reason: str | None, release: bool) -> ExecutionLog:
+        execution = self.owned.execution
+        attempts = self.owned.attempts
+        try:
+            committed = self.ctx.executions.finish(execution, self.owned.token, status, reason, attempts, release)
+        except Exception as exc:
+            logger.warning("terminal commit of %s failed: %s", execution.occurrence_id, exc)
+            return self._log("unconfirmed", f"terminal commit failed: {exc}", status)
+        if not committed:
+            return self._log("unconfirmed", "lease lost before the terminal commit", status)
+        done = replace(execution, status=status, reason=reason, attempts=tuple(attempts))  # type: ignore[arg-type]
+        self.owned.execution = done
+        persistence = self._project(done)
+        if status == "success" and self.owned.task is not None and self.owned.task.delete_after_run:
+            self._delete_after_run(self.owned.task)
+        return self._log(persistence.status, persistence.error, status)
+
+    def _project(self, execution: Execution) -> LogPersistence:
+        if not execution.attempts:
+            return LogPersistence("persisted")
+        try:
+            self.ctx.logs.project(execution)
+        except Exception as exc:  # never turns a success into a failure
+            logger.warning("log projection of %s failed (pending, repairable): %s", execution.occurrence_id, exc)
+            return LogPersistence("pending", str(exc))
+        return LogPersistence("persisted")
+
+    def _delete_after_run(self, task: TaskDefinition) -> None:
+        try:
+            if self.ctx.tasks.delete(task.id, revision=task.revision):
+                self.ctx.forget_task(task.id)
+        except Exception:
+            logger.warning("delete_after_run of %s failed", task.id, exc_info=True)
+
+    def _log(self, persistence: str, note: str | None = None, status: str | None = None) -> ExecutionLog:
+        attempt = self.owned.attempts[-1] if self.owned.attempts else None
+        return make_log(self.owned.execution, attempt, LogPersistence(persistence, note),  # type: ignore[arg-type]
+                        status)
+
+
+def make_log(execution: Execution, attempt: Attempt | None, persistence: LogPersistence,
+             status: str | None = None) -> ExecutionLog:
+    """The caller-facing record of an execution's last attempt (or of the occurrence itself)."""
+    if attempt is None:
+        return ExecutionLog(id=execution.occurrence_id, occurrence_id=execution.occurrence_id,
+                            task_id=execution.task_id, trigger=execution.trigger, source=execution.source,
+                            status=status or execution.status, sequence=execution.sequence, attempt=0,
+                            node_id=execution.owner_node, started_at=None, finished_at=None, duration_ms=None,
+                            error=execution.reason, result=None, persistence=persistence)
+    finished = attempt.finished_at
+    return ExecutionLog(id=attempt.log_id, occurrence_id=execution.occurrence_id, task_id=execution.task_id,
+                        trigger=execution.trigger, source=execution.source,
+                        status=status or attempt.status or "unknown", sequence=attempt.sequence,
+                        attempt=attempt.attempt, node_id=attempt.node_id, started_at=attempt.started_at,
+                        finished_at=finished,
+                        duration_ms=None if finished is None else max(0, finished - attempt.started_at),
+                        error=attempt.error, result=attempt.result, persistence=persistence)
+

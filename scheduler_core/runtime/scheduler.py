@@ -1,0 +1,307 @@
+"""The public ``Scheduler``: lifecycle, task registry, triggers, logs and the operator API."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from scheduler_core.config import SchedulerConfig
+from scheduler_core.cron import manual_occurrence_id, new_occurrence_id
+from scheduler_core.db import migration_state, prepare_engine, upgrade
+from scheduler_core.errors import (
+    AlreadyRunningError,
+    ConfigError,
+    ConflictError,
+    InitFailedError,
+    NotInitializedError,
+    NotRunningError,
+    SchedulerError,
+    TaskAlreadyExistsError,
+    TaskNotFoundError,
+)
+from scheduler_core.executors import Executor, ExecutorRegistry
+from scheduler_core.model import UPDATABLE_FIELDS, ExecutionLog, TaskDefinition, validate_optional_text, validate_task
+from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.hooks import Hooks
+from scheduler_core.runtime.node import Node, claimed_execution
+from scheduler_core.runtime.operations import ExecutionOperations, check_page, log_of_execution
+from scheduler_core.runtime.runner import Ownership, Runner
+from scheduler_core.store import (
+    ClaimRequest,
+    ExecutionRepository,
+    LogFilter,
+    LogRepository,
+    NodeRepository,
+    TaskRepository,
+)
+from scheduler_core.store.dialect import write
+
+TRIGGER_POLL_S = 0.2
+
+
+class Scheduler:
+    """A scheduler node bound to one database engine. Not a singleton: make as many as you need."""
+
+    def __init__(self, engine: Engine, config: SchedulerConfig | None = None, *,
+                 hooks: Mapping[str, Any] | object | None = None, tasks: Iterable[TaskDefinition] | None = None,
+                 executors: list[Executor] | None = None) -> None:
+        if config is not None and not isinstance(config, SchedulerConfig):
+            raise ConfigError("config", "must be a SchedulerConfig")
+        self._engine = engine
+        self._config = config or SchedulerConfig()
+        self._hooks = Hooks(hooks)
+        self._declared = list(tasks or ())
+        self._executors = ExecutorRegistry(executors)
+        self._lock = threading.RLock()
+        self._ctx: RuntimeContext | None = None
+        self._node: Node | None = None
+        self._snapshot: dict[str, TaskDefinition] = {}
+        self._refresh_lock = threading.Lock()
+        self._closing = threading.Event()
+        self.execution = ExecutionOperations(self)
+
+    # --- properties -----------------------------------------------------------------
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self._config
+
+    @property
+    def hooks(self) -> Hooks:
+        return self._hooks
+
+    @property
+    def tasks(self) -> tuple[TaskDefinition, ...]:
+        """The last good snapshot of the stored definitions, sorted by id."""
+        return tuple(self._snapshot[k] for k in sorted(self._snapshot))
+
+    @property
+    def is_initialized(self) -> bool:
+        return self._ctx is not None
+
+    @property
+    def is_running(self) -> bool:
+        return self._node is not None and self._node.accepting
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def context(self) -> RuntimeContext:
+        if self._ctx is None:
+            raise NotInitializedError("the scheduler is not initialised; call init() first")
+        return self._ctx
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def init(self) -> None:
+        """Load every stored task and the declared ones; all-or-nothing (INIT_FAILED)."""
+        with self._lock:
+            if self._ctx is not None:
+                return
+            self._closing.clear()
+            try:
+                self._init()
+            except SchedulerError as exc:
+                self._ctx, self._snapshot = None, {}
+                raise InitFailedError(f"init failed: {exc}", cause=exc) from exc
+
+    def _init(self) -> None:
+        prepare_engine(self._engine)
+        self._migrate()
+        tasks_repo = TaskRepository(self._engine)
+        declared = self._validated_declared()
+        _, stored = tasks_repo.load_all()
+        stored_by_id = {t.id: t for t in stored}
+        new = []
+        for task in declared:
+            existing = stored_by_id.get(task.id)
+            if existing is None:
+                new.append(task)
+            elif not existing.same_definition(task):
+                raise TaskAlreadyExistsError(f"task {task.id!r} is declared and stored with a different definition",
+                                             task_id=task.id)
+        if new:
+            write(self._engine, lambda conn: [tasks_repo.insert(t, conn) for t in new])
+        executions = ExecutionRepository(self._engine, self._config.node_id, self._config.lease_ms)
+        ctx = RuntimeContext(self._config, tasks_repo, executions, LogRepository(self._engine), self._executors,
+                             self._hooks, self._forget)
+        self._load_snapshot(tasks_repo)
+        ctx.clock.observe(tasks_repo.tick_snapshot().now_ms)
+        ctx.leases.start()
+        self._ctx = ctx
+
+    def _migrate(self) -> None:
+        if self._config.auto_migrate:
+            upgrade(self._engine)
+        elif not migration_state(self._engine).up_to_date:
+            raise InitFailedError("the database schema is not up to date; run `hai-scheduler db upgrade`")
+
+    def _validated_declared(self) -> list[TaskDefinition]:
+        seen: set[str] = set()
+        result = []
+        for task in self._declared:
+            if not isinstance(task, TaskDefinition):
+                raise ConfigError("tasks", "must be TaskDefinition objects")
+            valid = validate_task(task, self._executors.validate)
+            if valid.id in seen:
+                raise TaskAlreadyExistsError(f"task {valid.id!r} is declared twice", task_id=valid.id)
+            seen.add(valid.id)
+            result.append(valid)
+        return result
+
+    def start(self) -> None:
+        with self._lock:
+            ctx = self.context()
+            if self._node is not None:
+                raise AlreadyRunningError("the scheduler is already running")
+            self._node = Node(ctx, NodeRepository(self._engine), lambda _version: self._reload())
+            self._node.start()
+
+    def stop(self) -> None:
+        """Stop claiming new work; executions already running go on to their end."""
+        with self._lock:
+            if self._node is None:
+                raise NotRunningError("the scheduler is not running")
+            node, self._node = self._node, None
+        node.stop()
+        node.shutdown_pool()
+
+    def close(self) -> None:
+        """Stop intake, cancel running handlers, wait for every runner to exit, clear state."""
+        with self._lock:
+            ctx = self._ctx
+            if ctx is None:
+                return
+            self._closing.set()
+            node, self._node = self._node, None
+            if node is not None:
+                node.stop()
+            ctx.cancel_all("closing")
+            if node is not None:
+                node.shutdown_pool()
+            ctx.wait_idle()
+            ctx.leases.stop()
+            self._ctx, self._snapshot = None, {}
+
+    # --- hooks ------------------------------------------------------------------------
+
+    def set_hooks(self, hooks: Mapping[str, Any] | object) -> None:
+        self._hooks = Hooks(hooks)
+        if self._ctx is not None:
+            self._ctx.hooks = self._hooks
+
+    def clear_hooks(self) -> None:
+        self.set_hooks(None)
+
+    # --- definitions ----------------------------------------------------------------------
+
+    def register(self, task: TaskDefinition) -> TaskDefinition:
+        ctx = self.context()
+        if not isinstance(task, TaskDefinition):
+            raise ConfigError("task", "must be a TaskDefinition")
+        stored = ctx.tasks.insert(validate_task(task, self._executors.validate))
+        self._snapshot = {**self._snapshot, stored.id: stored}  # published only after the write
+        return stored
+
+    def unregister(self, task_id: str) -> None:
+        ctx = self.context()
+        if not ctx.tasks.delete(task_id):
+            raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
+        self._forget(task_id)
+        for runner in ctx.runners():
+            if runner.owned.execution.task_id == task_id:
+                runner.signal.cancel("deleted")
+
+    def update_task(self, task_id: str, *, expected_updated_at: int | None = None, **changes: Any) -> TaskDefinition:
+        """Change some fields (omitted = unchanged; ``retry=None`` / ``handler=None`` clear them)."""
+        ctx = self.context()
+        for name in changes:
+            if name not in UPDATABLE_FIELDS:
+                raise ConfigError(name, "is not an updatable task field")
+        current = ctx.tasks.get(task_id)
+        if current is None:
+            raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
+        if expected_updated_at is not None and expected_updated_at != current.updated_at:
+            raise ConflictError(f"task {task_id!r} changed since it was read (updated_at {current.updated_at})",
+                                task_id=task_id)
+        merged = validate_task(replace(current, **changes), self._executors.validate)
+        stored = ctx.tasks.update(merged, current.revision)
+        if stored is None:
+            raise ConflictError(f"task {task_id!r} changed concurrently; read it again", task_id=task_id)
+        self._snapshot = {**self._snapshot, stored.id: stored}
+        return stored
+
+    def refresh_tasks(self) -> tuple[TaskDefinition, ...]:
+        """Re-read stored definitions; concurrent calls share one read."""
+        self.context()
+        if self._refresh_lock.acquire(blocking=False):
+            try:
+                self._reload()
+            finally:
+                self._refresh_lock.release()
+        else:
+            with self._refresh_lock:  # someone else is reading: wait for their result
+                pass
+        return self.tasks
+
+    def _reload(self) -> dict[str, TaskDefinition]:
+        self._load_snapshot(self.context().tasks)
+        return dict(self._snapshot)
+
+    def _load_snapshot(self, repo: TaskRepository) -> None:
+        _, stored = repo.load_all()
+        self._snapshot = {t.id: t for t in stored}
+
+    def _forget(self, task_id: str) -> None:
+        self._snapshot = {k: v for k, v in self._snapshot.items() if k != task_id}
+
+    # --- triggers and logs ------------------------------------------------------------------
+
+    def trigger(self, task_id: str, source: str | None = None, idempotency_key: str | None = None) -> ExecutionLog:
+        """Run a task now, competing for its slot; waits for the outcome and returns it.
+
+        With ``idempotency_key`` the occurrence id is derived from (task, key): repeating the
+        call returns the same record instead of running again.
+        """
+        ctx = self.context()
+        source = validate_optional_text(source, "source", 128)
+        key = validate_optional_text(idempotency_key, "idempotency_key", 128)
+        task = ctx.tasks.get(task_id) if isinstance(task_id, str) else None
+        if task is None:
+            raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
+        occurrence_id = manual_occurrence_id(task_id, key) if key else new_occurrence_id()
+        request = ClaimRequest(occurrence_id=occurrence_id, task_id=task_id, task_revision=task.revision,
+                               trigger="manual", max_attempts=task.max_attempts, token=str(uuid.uuid4()),
+                               source=source, idempotency_key=key)
+        (result,) = ctx.executions.claim([request])
+        if result.outcome == "claimed":
+            ctx.clock.observe(ctx.tasks.tick_snapshot().now_ms)
+            runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token,
+                                           ctx.tasks.get(task_id), []))
+            ctx.register_runner(runner)
+            return runner.run()
+        return self._wait_for_record(occurrence_id)
+
+    def _wait_for_record(self, occurrence_id: str) -> ExecutionLog:
+        """Somebody journaled this occurrence (a repeat key, or slot busy): report its outcome."""
+        while True:
+            execution = self.execution.get(occurrence_id)
+            if execution.is_terminal or self._closing.wait(TRIGGER_POLL_S):
+                return log_of_execution(execution)
+
+    def get_logs(self, task_id: str | None = None, status: str | None = None, trigger_source: str | None = None,
+                 started_after: int | None = None, started_before: int | None = None, limit: int = 50,
+                 offset: int = 0) -> list[ExecutionLog]:
+        ctx = self.context()
+        check_page(limit, offset)
+        for name, value in (("started_after", started_after), ("started_before", started_before)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(name, f"must be unix milliseconds (got {value!r})")
+        return ctx.logs.query(LogFilter(task_id, status, trigger_source, started_after, started_before),
+                              limit, offset)

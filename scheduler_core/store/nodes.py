@@ -1,0 +1,51 @@
+"""Node heartbeats (for the dashboard; liveness never decides ownership, leases do)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection, Engine
+
+from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.tables import nodes
+from scheduler_core.store.dialect import insert_ignore, read, write
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str
+    host: str
+    pid: int
+    started_at: int
+    last_seen_at: int
+    stopped_at: int | None
+
+
+class NodeRepository:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def heartbeat(self, node_id: str, host: str, pid: int) -> None:
+        """Create the node row on first call; afterwards refresh ``last_seen_at``."""
+
+        def work(conn: Connection) -> None:
+            changed = conn.execute(update(nodes).where(nodes.c.node_id == node_id)
+                                   .values(last_seen_at=db_now_ms(), stopped_at=None)).rowcount
+            if changed == 0:
+                now = db_now_ms()
+                conn.execute(insert_ignore(conn, nodes, [{"node_id": node_id, "host": host, "pid": pid,
+                                                          "started_at": now, "last_seen_at": now,
+                                                          "stopped_at": None}]))
+
+        write(self.engine, work)
+
+    def mark_stopped(self, node_id: str) -> None:
+        write(self.engine, lambda conn: conn.execute(
+            update(nodes).where(nodes.c.node_id == node_id).values(stopped_at=db_now_ms())))
+
+    def list(self) -> list[NodeInfo]:
+        query = select(nodes).order_by(nodes.c.last_seen_at.desc())
+        return [NodeInfo(r.node_id, r.host, int(r.pid), to_ms(r.started_at, "started_at"),
+                         to_ms(r.last_seen_at, "last_seen_at"), optional_ms(r.stopped_at, "stopped_at"))
+                for r in read(self.engine, lambda conn: conn.execute(query).all())]

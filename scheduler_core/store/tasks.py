@@ -1,0 +1,175 @@
+"""Task definitions and their slots.
+
+Every change to a task bumps ``scheduler_meta.tasks_version`` in the same transaction, so
+a node learns that something changed with one read per tick (``tick_snapshot``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import IntegrityError
+
+from scheduler_core.db.clock import db_now_ms, to_ms
+from scheduler_core.db.tables import scheduler_meta, slots, tasks
+from scheduler_core.errors import InvalidStoredValueError, SchedulerError, TaskAlreadyExistsError
+from scheduler_core.model import RetryPolicy, TaskDefinition, validate_task
+from scheduler_core.store.dialect import greatest, insert_ignore, read, write
+
+TASKS_VERSION = "tasks_version"
+
+
+@dataclass(frozen=True)
+class TickSnapshot:
+    now_ms: int  # database clock
+    tasks_version: int  # bumped by every task change
+
+
+def task_from_row(row: Row[Any] | Mapping[str, Any]) -> TaskDefinition:
+    """Parse a stored task; raises InvalidStoredValueError naming the task when unreadable."""
+    data = row._mapping if isinstance(row, Row) else row
+    try:
+        handler, params = data["handler"], data["params"]
+        if handler is not None and not isinstance(handler, Mapping):
+            raise ValueError("handler is not a JSON object")
+        if params is not None and not isinstance(params, Mapping):
+            raise ValueError("params is not a JSON object")
+        return validate_task(TaskDefinition(
+            id=data["id"], name=data["name"], cron=data["cron"], description=data["description"],
+            timezone=data["timezone"], enabled=bool(data["enabled"]),
+            delete_after_run=bool(data["delete_after_run"]), idempotent=bool(data["idempotent"]),
+            retry=RetryPolicy.parse(data["retry"]), handler=handler, params=params,
+            revision=to_ms(data["revision"], "revision"), created_at=to_ms(data["created_at"], "created_at"),
+            updated_at=to_ms(data["updated_at"], "updated_at")))
+    except (SchedulerError, ValueError, TypeError, KeyError) as exc:
+        raise InvalidStoredValueError(f"stored task {data.get('id')!r} is unreadable: {exc}",
+                                      task_id=data.get("id")) from exc
+
+
+def _columns(task: TaskDefinition) -> dict[str, Any]:
+    return {
+        "name": task.name, "cron": task.cron, "description": task.description, "timezone": task.timezone,
+        "enabled": task.enabled, "delete_after_run": task.delete_after_run, "idempotent": task.idempotent,
+        "retry": task.retry.to_json() if task.retry else None, "handler": dict(task.handler) if task.handler else None,
+        "params": dict(task.params) if task.params is not None else None,
+    }
+
+
+class TaskRepository:
+    """Reads and writes ``tasks``, ``slots`` and the tasks version."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def tick_snapshot(self) -> TickSnapshot:
+        """One statement: the DB clock and the tasks version."""
+        version = select(scheduler_meta.c.value).where(scheduler_meta.c.name == TASKS_VERSION).scalar_subquery()
+
+        def work(conn: Connection) -> TickSnapshot:
+            row = conn.execute(select(db_now_ms(), version)).one()
+            return TickSnapshot(to_ms(row[0], "db_now_ms"), to_ms(row[1] or 0, TASKS_VERSION))
+
+        return read(self.engine, work)
+
+    def load_all(self) -> tuple[int, list[TaskDefinition]]:
+        """Every stored task and the tasks version they correspond to (one snapshot).
+
+        Raises InvalidStoredValueError if any stored task is unreadable.
+        """
+
+        def work(conn: Connection) -> tuple[int, list[Row[Any]]]:
+            version = conn.execute(select(scheduler_meta.c.value)
+                                   .where(scheduler_meta.c.name == TASKS_VERSION)).scalar()
+            return to_ms(version or 0, TASKS_VERSION), list(conn.execute(select(tasks).order_by(tasks.c.id)))
+
+        version, rows = read(self.engine, work)
+        return version, [task_from_row(row) for row in rows]
+
+    def get(self, task_id: str, conn: Connection | None = None) -> TaskDefinition | None:
+        if conn is not None:
+            row = conn.execute(select(tasks).where(tasks.c.id == task_id)).first()
+        else:
+            row = read(self.engine, lambda c: c.execute(select(tasks).where(tasks.c.id == task_id)).first())
+        return task_from_row(row) if row is not None else None
+
+    def get_many(self, conn: Connection, task_ids: list[str]) -> dict[str, TaskDefinition | Exception]:
+        """Definitions by id; an unreadable one maps to its error (the caller interrupts)."""
+        found: dict[str, TaskDefinition | Exception] = {}
+        for row in conn.execute(select(tasks).where(tasks.c.id.in_(task_ids))):
+            try:
+                found[row.id] = task_from_row(row)
+            except InvalidStoredValueError as exc:
+                found[row.id] = exc
+        return found
+
+    def insert(self, task: TaskDefinition, conn: Connection | None = None) -> TaskDefinition:
+        """Insert a new task (revision 1) and its slot. TaskAlreadyExistsError on a taken id."""
+
+        def work(c: Connection) -> TaskDefinition:
+            now = db_now_ms()
+            try:
+                with c.begin_nested():
+                    c.execute(tasks.insert().values(id=task.id, revision=1, created_at=now, updated_at=now,
+                                                    **_columns(task)))
+            except IntegrityError:
+                raise TaskAlreadyExistsError(f"task {task.id!r} already exists", task_id=task.id) from None
+            c.execute(insert_ignore(c, slots, [{"task_id": task.id, "occurrence_id": None,
+                                                "execution_token": None, "updated_at": now}]))
+            self._bump_version(c)
+            stored = self.get(task.id, c)
+            assert stored is not None
+            return stored
+
+        return work(conn) if conn is not None else write(self.engine, work)
+
+    def update(self, task: TaskDefinition, expected_revision: int) -> TaskDefinition | None:
+        """Replace a task's fields if its revision is still ``expected_revision``.
+
+        Changes every declared column, ``revision`` (+1) and ``updated_at`` (monotonic).
+        Returns the stored task, or None when the task is gone or its revision moved on.
+        """
+
+        def work(conn: Connection) -> TaskDefinition | None:
+            changed = conn.execute(
+                update(tasks)
+                .where(tasks.c.id == task.id, tasks.c.revision == expected_revision)
+                .values(revision=tasks.c.revision + 1,
+                        updated_at=greatest(conn, db_now_ms(), tasks.c.updated_at + 1), **_columns(task))
+            ).rowcount
+            if changed != 1:
+                return None
+            self._bump_version(conn)
+            return self.get(task.id, conn)
+
+        return write(self.engine, work)
+
+    def delete(self, task_id: str, revision: int | None = None) -> bool:
+        """Delete a task (only at ``revision`` when given) and its slot if the slot is free.
+
+        A slot held by an unknown execution survives, so a re-registered task with the
+        same id still waits for the operator's decision. Returns whether a task was deleted.
+        """
+
+        def work(conn: Connection) -> bool:
+            condition = [tasks.c.id == task_id]
+            if revision is not None:
+                condition.append(tasks.c.revision == revision)
+            if conn.execute(delete(tasks).where(*condition)).rowcount != 1:
+                return False
+            conn.execute(delete(slots).where(slots.c.task_id == task_id, slots.c.occurrence_id.is_(None)))
+            self._bump_version(conn)
+            return True
+
+        return write(self.engine, work)
+
+    def count(self) -> int:
+        return int(read(self.engine, lambda c: c.execute(select(func.count()).select_from(tasks)).scalar_one()))
+
+    @staticmethod
+    def _bump_version(conn: Connection) -> None:
+        conn.execute(update(scheduler_meta).where(scheduler_meta.c.name == TASKS_VERSION)
+                     .values(value=scheduler_meta.c.value + 1))

@@ -1,0 +1,178 @@
+"""Leases on every database: takeover, isolation, lost leases, close(), lock waits."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text, update
+from sqlalchemy.engine import Engine
+
+from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core.cron import new_occurrence_id
+from scheduler_core.db import close_engine, create_engine
+from scheduler_core.db.tables import executions, slots
+from scheduler_core.model import Attempt
+from scheduler_core.store import ClaimRequest, ExecutionRepository
+from tests.conftest import TestDatabase
+from tests.helpers.journal import abandon_running_execution, wait_for_status
+
+
+@pytest.fixture
+def schedulers(engine: Engine) -> Iterator[list[Scheduler]]:
+    made: list[Scheduler] = []
+    yield made
+    for scheduler in made:
+        scheduler.close()
+
+
+def _node(engine: Engine, made: list[Scheduler], hooks: Any = None, **config: Any) -> Scheduler:
+    config.setdefault("tick_interval_ms", 200)
+    config.setdefault("lease_ms", 1000)
+    scheduler = Scheduler(engine, SchedulerConfig(**config), hooks=hooks)
+    scheduler.init()
+    made.append(scheduler)
+    return scheduler
+
+
+def _task(**fields: Any) -> TaskDefinition:
+    return TaskDefinition(id="job", name="Job", cron="0 2 * * *", **fields)
+
+
+def _slot(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        holder = conn.execute(select(slots.c.occurrence_id).where(slots.c.task_id == "job")).scalar()
+        conn.rollback()
+    return holder
+
+
+def test_idempotent_execution_is_taken_over_with_the_same_occurrence(engine: Engine,
+                                                                     schedulers: list[Scheduler]) -> None:
+    seen: list[Any] = []
+    node = _node(engine, schedulers, hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
+    node.register(_task(idempotent=True, retry={"max_attempts": 3}))
+    occurrence = abandon_running_execution(engine, "job", started=True, max_attempts=3)
+    node.start()
+    done = wait_for_status(node, occurrence, "success")
+    assert (done.sequence, done.attempt) == (2, 2)
+    assert [a.status for a in done.attempts] == ["unknown", "success"]
+    assert [(c.occurrence_id, c.sequence, c.attempt) for c in seen] == [(occurrence, 2, 2)]
+    assert _slot(engine) is None
+    assert len(node.get_logs(task_id="job")) == 2
+
+
+def test_idempotent_execution_without_budget_becomes_unknown(engine: Engine, schedulers: list[Scheduler]) -> None:
+    node = _node(engine, schedulers, hooks={"on_task_execute": lambda e: "ok"})
+    node.register(_task(idempotent=True))
+    occurrence = abandon_running_execution(engine, "job", started=True, max_attempts=1)
+    node.start()
+    assert wait_for_status(node, occurrence, "unknown").reason == "attempts_exhausted"
+    assert _slot(engine) == occurrence
+
+
+def test_never_started_execution_is_interrupted_and_frees_the_slot(engine: Engine,
+                                                                    schedulers: list[Scheduler]) -> None:
+    node = _node(engine, schedulers, hooks={"on_task_execute": lambda e: "ok"})
+    node.register(_task())
+    occurrence = abandon_running_execution(engine, "job", started=False)
+    node.start()
+    assert wait_for_status(node, occurrence, "interrupted").reason == "owner_lost_before_start"
+    assert _slot(engine) is None
+
+
+def test_lost_lease_cancels_the_attempt_and_publishes_nothing(engine: Engine, schedulers: list[Scheduler]) -> None:
+    entered = threading.Event()
+
+    def execute(event: Any) -> Any:
+        entered.set()
+        event.signal.wait(20)
+        return "finished anyway"
+
+    node = _node(engine, schedulers, hooks={"on_task_execute": execute})
+    node.register(_task())
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(node.trigger("job")))
+    worker.start()
+    assert entered.wait(10)
+    with engine.begin() as conn:  # the lease runs out (as if the node had stalled)
+        conn.execute(update(executions).values(lease_until=0))
+    worker.join(20)
+    log = result[0]
+    assert log.persistence.status == "unconfirmed"
+    assert node.execution.get(log.occurrence_id).status == "running"  # nothing published
+
+
+def test_close_marks_a_started_non_idempotent_attempt_unknown(engine: Engine, schedulers: list[Scheduler]) -> None:
+    entered = threading.Event()
+
+    def execute(event: Any) -> Any:
+        entered.set()
+        event.signal.wait(20)
+        return "ok"
+
+    node = _node(engine, schedulers, hooks={"on_task_execute": execute})
+    node.register(_task())
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(node.trigger("job")))
+    worker.start()
+    assert entered.wait(10)
+    node.close()
+    worker.join(20)
+    assert result[0].status == "unknown"
+    assert _slot(engine) == result[0].occurrence_id
+
+
+def test_close_leaves_a_started_idempotent_attempt_for_takeover(engine: Engine, schedulers: list[Scheduler]) -> None:
+    entered = threading.Event()
+
+    def slow(event: Any) -> Any:
+        entered.set()
+        event.signal.wait(20)
+        return "ok"
+
+    first = _node(engine, schedulers, hooks={"on_task_execute": slow}, node_id="first")
+    first.register(_task(idempotent=True, retry={"max_attempts": 2}))
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(first.trigger("job")))
+    worker.start()
+    assert entered.wait(10)
+    first.close()
+    worker.join(20)
+    assert result[0].persistence.status == "unconfirmed"
+    second = _node(engine, schedulers, hooks={"on_task_execute": lambda e: "ok"}, node_id="second")
+    second.start()
+    done = wait_for_status(second, result[0].occurrence_id, "success", timeout=10)
+    assert done.sequence == 2 and done.owner_node == "second"
+
+
+def test_finish_that_waited_on_a_row_lock_past_its_deadline_is_refused(server_database: TestDatabase) -> None:
+    engine = create_engine(server_database.url)
+    try:
+        owner = ExecutionRepository(engine, "owner", 1000)
+        token, occurrence = str(uuid.uuid4()), new_occurrence_id()
+        (_claimed,) = owner.claim([ClaimRequest(occurrence, "job", 1, "manual", 1, token)])
+        attempt = Attempt(log_id=str(uuid.uuid4()), attempt=1, sequence=1, node_id="owner", started_at=1,
+                          finished_at=2, status="success")
+        assert owner.begin_attempt(occurrence, token, [attempt])
+        execution = owner.get(occurrence)
+        assert execution is not None
+        outcome: list[bool] = []
+        with engine.connect() as locker:
+            locker.begin()
+            locker.execute(text("SELECT occurrence_id FROM executions WHERE occurrence_id = :o FOR UPDATE"),
+                           {"o": occurrence})
+            finisher = threading.Thread(target=lambda: outcome.append(
+                owner.finish(execution, token, "success", None, [attempt], True)))
+            finisher.start()
+            time.sleep(1.6)  # the lease (1 s) runs out while the finish waits for the row lock
+            locker.commit()
+        finisher.join(20)
+        assert outcome == [False]
+        after = owner.get(occurrence)
+        assert after is not None and after.status == "running"
+    finally:
+        close_engine(engine)
