@@ -215,6 +215,7 @@ class Runner:
             return self._log("unconfirmed", f"terminal commit failed: {exc}", status)
         if not committed:
             return self._log("unconfirmed", "lease lost before the terminal commit", status)
+        self.ctx.leases.remove(self.owned.token)  # settled: nothing left to renew
         done = replace(execution, status=status, reason=reason, attempts=tuple(attempts))  # type: ignore[arg-type]
         self.owned.execution = done
         persistence = self._project(done)

@@ -42,6 +42,7 @@ from scheduler_core.store import (
 from scheduler_core.store.dialect import write
 
 TRIGGER_POLL_S = 0.2
+RESERVED_CONNECTIONS = 3  # tick, lease keeper, one caller of trigger()/the operator API
 
 
 class Scheduler:
@@ -113,6 +114,7 @@ class Scheduler:
 
     def _init(self) -> None:
         prepare_engine(self._engine)
+        self._check_pool()
         self._migrate()
         tasks_repo = TaskRepository(self._engine)
         declared = self._validated_declared()
@@ -135,6 +137,23 @@ class Scheduler:
         ctx.clock.observe(tasks_repo.tick_snapshot().now_ms)
         ctx.leases.start()
         self._ctx = ctx
+
+    def _check_pool(self) -> None:
+        """Every handler thread, the tick and the lease keeper may hold a connection at once.
+
+        A smaller pool starves the lease keeper under load, and leases then run out while
+        their owners are alive: refuse it up front.
+        """
+        size = getattr(self._engine.pool, "size", None)
+        overflow = getattr(self._engine.pool, "_max_overflow", 0)
+        if not callable(size):
+            return
+        available = size() + max(0, overflow)
+        needed = self._config.max_concurrency + RESERVED_CONNECTIONS
+        if available < needed:
+            raise ConfigError("max_concurrency", f"{self._config.max_concurrency} handler threads need a connection "
+                                                 f"pool of at least {needed} (this engine's pool holds {available}); "
+                                                 "raise the pool size or lower max_concurrency")
 
     def _migrate(self) -> None:
         if self._config.auto_migrate:

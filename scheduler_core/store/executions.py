@@ -185,13 +185,16 @@ class ExecutionRepository:
     def renew(self, tokens: Sequence[str]) -> set[str]:
         """Extend the leases of our running executions; returns the tokens that are LOST.
 
-        Only rows with our token, still running and not yet expired are extended.
+        Only rows with our token, still running and not yet expired are extended. No
+        lock-first here (unlike finish): a renewal that waited on a lock and lands after its
+        deadline harms nobody, because any takeover or settlement in between changed the row
+        (token or status), which makes PostgreSQL re-check this WHERE and skip the row; and
+        locking every owned row at once would queue all of this node's runners behind it.
         """
         if not tokens:
             return set()
 
         def work(conn: Connection) -> set[str]:
-            self._lock_rows(conn, executions.c.execution_token.in_(tokens))
             renewed = conn.execute(
                 update(executions)
                 .where(executions.c.execution_token.in_(tokens), executions.c.status == "running",

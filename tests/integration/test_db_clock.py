@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core.db import db_now_ms, set_test_clock_offset_ms, to_ms
 from scheduler_core.db.clock import test_clock_offset_ms
 from tests.conftest import TestDatabase
-from tests.helpers.processes import faketime_prefix, run_helper
+from tests.helpers.processes import faketime_env, run_helper
 
 TWO_HOURS_MS = 2 * 3600 * 1000
 TOLERANCE_MS = 5_000
@@ -59,7 +59,7 @@ def test_test_offset_shifts_the_construct(engine: Engine) -> None:
 
 @pytest.mark.parametrize("offset", ["+2h", "-2h"])
 def test_server_clock_ignores_a_shifted_process_clock(server_database: TestDatabase, offset: str) -> None:
-    probe = run_helper("clock_probe.py", server_database.url, prefix=faketime_prefix(offset))
+    probe = run_helper("clock_probe.py", server_database.url, env=faketime_env(offset))
     real_ms = time.time() * 1000
     sign = 1 if offset.startswith("+") else -1
     assert abs(probe["local_ms"] - (real_ms + sign * TWO_HOURS_MS)) < TOLERANCE_MS, "faketime did not shift"
@@ -68,5 +68,5 @@ def test_server_clock_ignores_a_shifted_process_clock(server_database: TestDatab
 
 def test_sqlite_clock_is_the_process_clock(tmp_path: object) -> None:
     """Documented limit: SQLite's clock is the host clock every process on that host shares."""
-    probe = run_helper("clock_probe.py", f"sqlite:///{tmp_path}/c.db", prefix=faketime_prefix("+2h"))
+    probe = run_helper("clock_probe.py", f"sqlite:///{tmp_path}/c.db", env=faketime_env("+2h"))
     assert abs(probe["db_ms"] - probe["local_ms"]) < TOLERANCE_MS

@@ -1,0 +1,75 @@
+"""A scheduler node in its own OS process, for multi-node and crash tests.
+
+Usage: node_process.py URL NODE_ID EFFECTS_FILE [options as JSON]
+
+Options: {"lease_ms": 3000, "tick_interval_ms": 200, "sleep_s": {"task-id": seconds},
+          "trigger": {"task": "id", "key": "k", "go_file": "path"}, "block_forever": false}
+
+The hook appends one line per call to EFFECTS_FILE ("effect <occurrence> <node> <sequence>
+<attempt>"): the handler's own record of side effects, which the tests compare with the
+journal. SIGTERM closes the scheduler cleanly; SIGKILL is what crash tests send.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from scheduler_core import Scheduler, SchedulerConfig
+from scheduler_core.db import create_engine
+
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())  # one short write: atomic with O_APPEND
+    finally:
+        os.close(fd)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {sys.argv[2]} %(name)s %(message)s")
+    url, node_id, effects = sys.argv[1], sys.argv[2], sys.argv[3]
+    options: dict[str, Any] = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    sleeps: dict[str, float] = options.get("sleep_s", {})
+
+    def execute(event: Any) -> Any:
+        ctx = event.context
+        _append(effects, f"effect {ctx.occurrence_id} {node_id} {ctx.sequence} {ctx.attempt}")
+        pause = sleeps.get(ctx.task_id, 0)
+        if options.get("block_forever"):
+            pause = 3600
+        if pause:
+            event.signal.wait(pause)
+        return {"node": node_id}
+
+    concurrency = options.get("max_concurrency", 6)
+    engine = create_engine({"url": url, "pool_size": concurrency + 4})
+    scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, lease_ms=options.get("lease_ms", 3000),
+                                                  tick_interval_ms=options.get("tick_interval_ms", 200),
+                                                  max_concurrency=concurrency),
+                          hooks={"on_task_execute": execute})
+    scheduler.init()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if options.get("start", True):
+        scheduler.start()
+    _append(effects, f"ready {node_id} {os.getpid()}")
+    trigger = options.get("trigger")
+    if trigger:
+        while not os.path.exists(trigger["go_file"]):
+            stop.wait(0.01)  # not time.sleep: see scheduler_core.store.dialect._pause
+        log = scheduler.trigger(trigger["task"], source=node_id, idempotency_key=trigger.get("key"))
+        _append(effects, f"triggered {node_id} {log.occurrence_id} {log.id} {log.status}")
+    stop.wait(options.get("max_seconds", 120))
+    scheduler.close()
+    engine.dispose()
+
+
+if __name__ == "__main__":
+    main()
