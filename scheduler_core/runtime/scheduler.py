@@ -314,6 +314,17 @@ class Scheduler:
             if execution.is_terminal or self._closing.wait(TRIGGER_POLL_S):
                 return log_of_execution(execution)
 
+    def prune_logs(self) -> int:
+        """Apply the retention settings (``max_logs``, ``retention_days``) to the log table now.
+
+        Only log rows go; the journal keeps every attempt. The node also does this about every
+        ten minutes, and there a failure only warns. Returns the number of rows deleted.
+        """
+        config = self._config
+        if config.max_logs is None and config.retention_days is None:
+            return 0
+        return self.context().logs.prune(config.max_logs, config.retention_days)
+
     def get_logs(self, task_id: str | None = None, status: str | None = None, trigger_source: str | None = None,
                  started_after: int | None = None, started_before: int | None = None, limit: int = 50,
                  offset: int = 0) -> list[ExecutionLog]:

@@ -201,7 +201,7 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 
 def test_sigkill_idempotent_task_is_taken_over(database: TestDatabase, engine: Engine, tmp_path: Path) -> None:
     proc, effects = _start_victim(database, tmp_path, idempotent=True)
-    occurrence = [e for e in _effects(effects) if e[0] == "effect"][0][1]
+    occurrence = next(e for e in _effects(effects) if e[0] == "effect")[1]
     _kill(proc)
     survivor = Scheduler(engine, SchedulerConfig(node_id="survivor", lease_ms=2000, tick_interval_ms=200),
                          hooks={"on_task_execute": lambda e: "recovered"})
@@ -218,7 +218,7 @@ def test_sigkill_idempotent_task_is_taken_over(database: TestDatabase, engine: E
 def test_sigkill_non_idempotent_task_becomes_unknown_until_resolved(database: TestDatabase, engine: Engine,
                                                                     tmp_path: Path) -> None:
     proc, effects = _start_victim(database, tmp_path, idempotent=False)
-    occurrence = [e for e in _effects(effects) if e[0] == "effect"][0][1]
+    occurrence = next(e for e in _effects(effects) if e[0] == "effect")[1]
     _kill(proc)
     calls: list[str] = []
     survivor = Scheduler(engine, SchedulerConfig(node_id="survivor", lease_ms=2000, tick_interval_ms=200),
