@@ -16,6 +16,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -246,3 +247,23 @@ def engine(database: TestDatabase) -> Iterator[Engine]:
         assert leaked == 0, f"test left {leaked} database connection(s) checked out"
     finally:
         close_engine(eng)
+
+
+@pytest.fixture
+def make_node(engine: Engine) -> Iterator[Any]:
+    """Factory of initialised Schedulers on ``engine`` (fast ticks); all closed at teardown."""
+    from scheduler_core import Scheduler, SchedulerConfig
+
+    made: list[Scheduler] = []
+
+    def make(hooks: Any = None, init: bool = True, **config: Any) -> Scheduler:
+        config.setdefault("tick_interval_ms", 100)
+        scheduler = Scheduler(engine, SchedulerConfig(**config), hooks=hooks)
+        made.append(scheduler)
+        if init:
+            scheduler.init()
+        return scheduler
+
+    yield make
+    for scheduler in made:
+        scheduler.close()

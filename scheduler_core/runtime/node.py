@@ -118,10 +118,9 @@ class Node:
             self._claim_batch(batch)
 
     def _claim_batch(self, batch: list[DueOccurrence]) -> None:
-        known = self.planner._tasks
         requests = []
         for due in batch:
-            task = known.get(due.task_id)
+            task = self.planner.task(due.task_id)
             if task is None:
                 continue
             requests.append(ClaimRequest(
@@ -167,7 +166,7 @@ class Node:
                 logger.warning("recovering %s failed; next tick retries", execution.occurrence_id, exc_info=True)
 
     def _recover(self, execution: Execution) -> None:
-        task = self.planner._tasks.get(execution.task_id)
+        task = self.planner.task(execution.task_id)
         started = execution.attempt > 0
         if task is not None and task.idempotent and execution.attempt < execution.max_attempts:
             if self._free_capacity() == 0:

@@ -61,5 +61,9 @@ class Planner:
             heapq.heappush(self._heap, (next_fire_ms(task.cron, task.timezone, current), task_id, revision))
         return found
 
+    def task(self, task_id: str) -> TaskDefinition | None:
+        """The definition the planner knows for ``task_id`` (the node's last refresh)."""
+        return self._tasks.get(task_id)
+
     def next_fire(self) -> int | None:
         return self._heap[0][0] if self._heap else None

@@ -18,7 +18,6 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 
-from scheduler_core.errors import SchedulerError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistence, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
@@ -35,6 +34,7 @@ class Ownership:
     token: str
     task: TaskDefinition | None  # the definition read after the claim (None: deleted)
     attempts: list[Attempt]
+    reread: bool = False  # read the definition when the runner starts (after the claim)
 
 
 def definition_problem(execution: Execution, task: TaskDefinition | Exception | None) -> str | None:
@@ -77,7 +77,10 @@ class Runner:
 
     def _run(self) -> ExecutionLog:
         self._close_open_attempts()
-        problem = definition_problem(self.owned.execution, self.owned.task)
+        found: TaskDefinition | Exception | None = self.owned.task
+        if self.owned.reread:
+            found = self._read_definition()
+        problem = definition_problem(self.owned.execution, found)
         if problem:
             return self._finish("interrupted", problem, release=True)
         while True:
@@ -160,20 +163,24 @@ class Runner:
             return self._finish("unknown", "outcome_unknown", release=False)
         return self._finish("failed", None, release=True)
 
+    def _read_definition(self) -> TaskDefinition | Exception | None:
+        try:
+            self.owned.task = self.ctx.tasks.get(self.owned.execution.task_id)
+        except Exception as exc:  # unreadable or unreachable: the attempt must not run blind
+            self.owned.task = None
+            return exc
+        return self.owned.task
+
     def _wait_for_retry(self) -> ExecutionLog | None:
         task = self.owned.task
-        assert task is not None and task.retry is not None
-        delay_ms = task.retry.delay_before(len(self.owned.attempts) + 1)
+        assert task is not None
+        # The backoff of the definition as last read; the budget is the one stored at claim.
+        delay_ms = task.retry.delay_before(len(self.owned.attempts) + 1) if task.retry else 0
         if self.signal.wait(delay_ms / 1000):
             return self._cancelled_before_start()
-        try:
-            fresh: TaskDefinition | Exception | None = self.ctx.tasks.get(task.id)
-        except SchedulerError as exc:
-            fresh = exc
-        problem = definition_problem(self.owned.execution, fresh)
+        problem = definition_problem(self.owned.execution, self._read_definition())
         if problem:
             return self._finish("interrupted", problem, release=True)
-        self.owned.task = fresh if isinstance(fresh, TaskDefinition) else task
         return None
 
     def _cancelled_before_start(self) -> ExecutionLog:

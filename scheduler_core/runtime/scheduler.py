@@ -298,11 +298,11 @@ class Scheduler:
         request = ClaimRequest(occurrence_id=occurrence_id, task_id=task_id, task_revision=task.revision,
                                trigger="manual", max_attempts=task.max_attempts, token=str(uuid.uuid4()),
                                source=source, idempotency_key=key)
+        ctx.clock.observe(ctx.tasks.tick_snapshot().now_ms)  # before the claim: nothing may fail after it
         (result,) = ctx.executions.claim([request])
         if result.outcome == "claimed":
-            ctx.clock.observe(ctx.tasks.tick_snapshot().now_ms)
-            runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token,
-                                           ctx.tasks.get(task_id), []))
+            runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token, None, [],
+                                           reread=True))
             ctx.register_runner(runner)
             return runner.run()
         return self._wait_for_record(occurrence_id)

@@ -19,11 +19,12 @@ from typing import Any, TypeVar
 from sqlalchemy import Table, func
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 
 from scheduler_core.db.engine import dialect_kind
+from scheduler_core.errors import DatabaseError
 
 T = TypeVar("T")
 _MYSQL_RETRYABLE = {1213, 1205}  # deadlock, lock wait timeout
@@ -65,22 +66,37 @@ def is_retryable(exc: BaseException) -> bool:
 
 
 def write(engine: Engine, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS) -> T:
-    """Run ``work`` in one write transaction; rerun it after a deadlock or lock timeout."""
+    """Run ``work`` in one write transaction; rerun it after a deadlock or lock timeout.
+
+    Database failures surface as :class:`DatabaseError` (``hai:reldb:002``) with the driver
+    error as its cause; errors raised by ``work`` itself pass through unchanged.
+    """
     for attempt in range(1, attempts + 1):
         try:
             with engine.begin() as conn:
                 return work(conn)
         except DBAPIError as exc:
             if attempt == attempts or not is_retryable(exc):
-                raise
+                raise _database_error("write", exc) from exc
             _pause(random.uniform(0.005, 0.05) * attempt)
+        except SQLAlchemyError as exc:
+            raise _database_error("write", exc) from exc
     raise AssertionError("unreachable")
 
 
 def read(engine: Engine, work: Callable[[Connection], T]) -> T:
     """Run ``work`` in a read-only transaction (SQLite: no write lock taken)."""
-    with engine.connect().execution_options(hai_read_only=True) as conn:
-        try:
-            return work(conn)
-        finally:
-            conn.rollback()
+    try:
+        with engine.connect().execution_options(hai_read_only=True) as conn:
+            try:
+                return work(conn)
+            finally:
+                conn.rollback()
+    except SQLAlchemyError as exc:
+        raise _database_error("read", exc) from exc
+
+
+def _database_error(action: str, exc: SQLAlchemyError) -> DatabaseError:
+    orig = getattr(exc, "orig", None) or exc
+    first_line = (str(orig).strip().splitlines() or [""])[0][:300]
+    return DatabaseError(f"database {action} failed: {type(orig).__name__}: {first_line}")

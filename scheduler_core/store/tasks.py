@@ -6,9 +6,9 @@ a node learns that something changed with one read per tick (``tick_snapshot``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
@@ -16,11 +16,18 @@ from sqlalchemy.exc import IntegrityError
 
 from scheduler_core.db.clock import db_now_ms, to_ms
 from scheduler_core.db.tables import scheduler_meta, slots, tasks
-from scheduler_core.errors import InvalidStoredValueError, SchedulerError, TaskAlreadyExistsError
+from scheduler_core.errors import (
+    DatabaseError,
+    DbSaveFailedError,
+    InvalidStoredValueError,
+    SchedulerError,
+    TaskAlreadyExistsError,
+)
 from scheduler_core.model import RetryPolicy, TaskDefinition, validate_task
 from scheduler_core.store.dialect import greatest, insert_ignore, read, write
 
 TASKS_VERSION = "tasks_version"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,14 @@ def _columns(task: TaskDefinition) -> dict[str, Any]:
         "retry": task.retry.to_json() if task.retry else None, "handler": dict(task.handler) if task.handler else None,
         "params": dict(task.params) if task.params is not None else None,
     }
+
+
+def _saving(task_id: str, save: Callable[[], T]) -> T:
+    """A failed task write is DB_SAVE_FAILED (``hai:scheduler:026``) naming the task."""
+    try:
+        return save()
+    except DatabaseError as exc:
+        raise DbSaveFailedError(f"saving task {task_id!r} failed: {exc.message}", task_id=task_id) from exc
 
 
 class TaskRepository:
@@ -124,7 +139,9 @@ class TaskRepository:
             assert stored is not None
             return stored
 
-        return work(conn) if conn is not None else write(self.engine, work)
+        if conn is not None:
+            return work(conn)
+        return _saving(task.id, lambda: write(self.engine, work))
 
     def update(self, task: TaskDefinition, expected_revision: int) -> TaskDefinition | None:
         """Replace a task's fields if its revision is still ``expected_revision``.
@@ -145,7 +162,7 @@ class TaskRepository:
             self._bump_version(conn)
             return self.get(task.id, conn)
 
-        return write(self.engine, work)
+        return _saving(task.id, lambda: write(self.engine, work))
 
     def delete(self, task_id: str, revision: int | None = None) -> bool:
         """Delete a task (only at ``revision`` when given) and its slot if the slot is free.
@@ -164,7 +181,7 @@ class TaskRepository:
             self._bump_version(conn)
             return True
 
-        return write(self.engine, work)
+        return _saving(task_id, lambda: write(self.engine, work))
 
     def count(self) -> int:
         return int(read(self.engine, lambda c: c.execute(select(func.count()).select_from(tasks)).scalar_one()))

@@ -5,14 +5,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import Engine
 
-from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core import Scheduler, TaskDefinition
 from scheduler_core.cron import new_occurrence_id
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import executions, slots
@@ -22,21 +20,26 @@ from tests.conftest import TestDatabase
 from tests.helpers.journal import abandon_running_execution, wait_for_status
 
 
-@pytest.fixture
-def schedulers(engine: Engine) -> Iterator[list[Scheduler]]:
-    made: list[Scheduler] = []
-    yield made
-    for scheduler in made:
-        scheduler.close()
-
-
-def _node(engine: Engine, made: list[Scheduler], hooks: Any = None, **config: Any) -> Scheduler:
-    config.setdefault("tick_interval_ms", 200)
+def _node(make_node: Any, hooks: Any = None, **config: Any) -> Scheduler:
     config.setdefault("lease_ms", 1000)
-    scheduler = Scheduler(engine, SchedulerConfig(**config), hooks=hooks)
-    scheduler.init()
-    made.append(scheduler)
-    return scheduler
+    return make_node(hooks=hooks, **config)  # type: ignore[no-any-return]
+
+
+def _blocked_trigger(node: Scheduler) -> tuple[threading.Thread, list[Any]]:
+    """Trigger "job" on a thread; returns once its handler is running (and waiting)."""
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(node.trigger("job")))
+    worker.start()
+    return worker, result
+
+
+def _waiting_hook(entered: threading.Event) -> Any:
+    def execute(event: Any) -> Any:
+        entered.set()
+        event.signal.wait(20)
+        return "ok"
+
+    return execute
 
 
 def _task(**fields: Any) -> TaskDefinition:
@@ -51,9 +54,9 @@ def _slot(engine: Engine) -> str | None:
 
 
 def test_idempotent_execution_is_taken_over_with_the_same_occurrence(engine: Engine,
-                                                                     schedulers: list[Scheduler]) -> None:
+                                                                     make_node: Any) -> None:
     seen: list[Any] = []
-    node = _node(engine, schedulers, hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
+    node = _node(make_node, hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
     node.register(_task(idempotent=True, retry={"max_attempts": 3}))
     occurrence = abandon_running_execution(engine, "job", started=True, max_attempts=3)
     node.start()
@@ -65,8 +68,8 @@ def test_idempotent_execution_is_taken_over_with_the_same_occurrence(engine: Eng
     assert len(node.get_logs(task_id="job")) == 2
 
 
-def test_idempotent_execution_without_budget_becomes_unknown(engine: Engine, schedulers: list[Scheduler]) -> None:
-    node = _node(engine, schedulers, hooks={"on_task_execute": lambda e: "ok"})
+def test_idempotent_execution_without_budget_becomes_unknown(engine: Engine, make_node: Any) -> None:
+    node = _node(make_node, hooks={"on_task_execute": lambda e: "ok"})
     node.register(_task(idempotent=True))
     occurrence = abandon_running_execution(engine, "job", started=True, max_attempts=1)
     node.start()
@@ -75,8 +78,8 @@ def test_idempotent_execution_without_budget_becomes_unknown(engine: Engine, sch
 
 
 def test_never_started_execution_is_interrupted_and_frees_the_slot(engine: Engine,
-                                                                    schedulers: list[Scheduler]) -> None:
-    node = _node(engine, schedulers, hooks={"on_task_execute": lambda e: "ok"})
+                                                                    make_node: Any) -> None:
+    node = _node(make_node, hooks={"on_task_execute": lambda e: "ok"})
     node.register(_task())
     occurrence = abandon_running_execution(engine, "job", started=False)
     node.start()
@@ -84,19 +87,11 @@ def test_never_started_execution_is_interrupted_and_frees_the_slot(engine: Engin
     assert _slot(engine) is None
 
 
-def test_lost_lease_cancels_the_attempt_and_publishes_nothing(engine: Engine, schedulers: list[Scheduler]) -> None:
+def test_lost_lease_cancels_the_attempt_and_publishes_nothing(engine: Engine, make_node: Any) -> None:
     entered = threading.Event()
-
-    def execute(event: Any) -> Any:
-        entered.set()
-        event.signal.wait(20)
-        return "finished anyway"
-
-    node = _node(engine, schedulers, hooks={"on_task_execute": execute})
+    node = _node(make_node, hooks={"on_task_execute": _waiting_hook(entered)})
     node.register(_task())
-    result: list[Any] = []
-    worker = threading.Thread(target=lambda: result.append(node.trigger("job")))
-    worker.start()
+    worker, result = _blocked_trigger(node)
     assert entered.wait(10)
     with engine.begin() as conn:  # the lease runs out (as if the node had stalled)
         conn.execute(update(executions).values(lease_until=0))
@@ -106,19 +101,11 @@ def test_lost_lease_cancels_the_attempt_and_publishes_nothing(engine: Engine, sc
     assert node.execution.get(log.occurrence_id).status == "running"  # nothing published
 
 
-def test_close_marks_a_started_non_idempotent_attempt_unknown(engine: Engine, schedulers: list[Scheduler]) -> None:
+def test_close_marks_a_started_non_idempotent_attempt_unknown(engine: Engine, make_node: Any) -> None:
     entered = threading.Event()
-
-    def execute(event: Any) -> Any:
-        entered.set()
-        event.signal.wait(20)
-        return "ok"
-
-    node = _node(engine, schedulers, hooks={"on_task_execute": execute})
+    node = _node(make_node, hooks={"on_task_execute": _waiting_hook(entered)})
     node.register(_task())
-    result: list[Any] = []
-    worker = threading.Thread(target=lambda: result.append(node.trigger("job")))
-    worker.start()
+    worker, result = _blocked_trigger(node)
     assert entered.wait(10)
     node.close()
     worker.join(20)
@@ -126,24 +113,16 @@ def test_close_marks_a_started_non_idempotent_attempt_unknown(engine: Engine, sc
     assert _slot(engine) == result[0].occurrence_id
 
 
-def test_close_leaves_a_started_idempotent_attempt_for_takeover(engine: Engine, schedulers: list[Scheduler]) -> None:
+def test_close_leaves_a_started_idempotent_attempt_for_takeover(engine: Engine, make_node: Any) -> None:
     entered = threading.Event()
-
-    def slow(event: Any) -> Any:
-        entered.set()
-        event.signal.wait(20)
-        return "ok"
-
-    first = _node(engine, schedulers, hooks={"on_task_execute": slow}, node_id="first")
+    first = _node(make_node, hooks={"on_task_execute": _waiting_hook(entered)}, node_id="first")
     first.register(_task(idempotent=True, retry={"max_attempts": 2}))
-    result: list[Any] = []
-    worker = threading.Thread(target=lambda: result.append(first.trigger("job")))
-    worker.start()
+    worker, result = _blocked_trigger(first)
     assert entered.wait(10)
     first.close()
     worker.join(20)
     assert result[0].persistence.status == "unconfirmed"
-    second = _node(engine, schedulers, hooks={"on_task_execute": lambda e: "ok"}, node_id="second")
+    second = _node(make_node, hooks={"on_task_execute": lambda e: "ok"}, node_id="second")
     second.start()
     done = wait_for_status(second, result[0].occurrence_id, "success", timeout=10)
     assert done.sequence == 2 and done.owner_node == "second"

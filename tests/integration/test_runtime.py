@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
-from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core import TaskDefinition
 from scheduler_core.db import set_test_clock_offset_ms
 from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.tables import nodes, tasks
@@ -26,22 +26,6 @@ def clock_offset() -> Iterator[None]:
     set_test_clock_offset_ms(before)
 
 
-@pytest.fixture
-def made(engine: Engine) -> Iterator[list[Scheduler]]:
-    schedulers: list[Scheduler] = []
-    yield schedulers
-    for scheduler in schedulers:
-        scheduler.close()
-
-
-def _node(engine: Engine, made: list[Scheduler], hooks: Any = None, **config: Any) -> Scheduler:
-    config.setdefault("tick_interval_ms", 100)
-    scheduler = Scheduler(engine, SchedulerConfig(**config), hooks=hooks)
-    scheduler.init()
-    made.append(scheduler)
-    return scheduler
-
-
 def _wait(predicate: Any, timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -49,9 +33,9 @@ def _wait(predicate: Any, timeout: float = 15) -> None:
         time.sleep(0.05)
 
 
-def test_cron_fires_once_per_minute(engine: Engine, made: list[Scheduler], clock_offset: None) -> None:
+def test_cron_fires_once_per_minute(engine: Engine, make_node: Any, clock_offset: None) -> None:
     seen: list[Any] = []
-    node = _node(engine, made, hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
+    node = make_node(hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
     node.register(TaskDefinition(id="minutely", name="Minutely", cron="* * * * *"))
     node.start()
     _wait(lambda: len(seen) == 1)  # the current minute counts once at start
@@ -64,8 +48,8 @@ def test_cron_fires_once_per_minute(engine: Engine, made: list[Scheduler], clock
     assert first.occurrence_id != second.occurrence_id and first.trigger == "cron"
 
 
-def test_refresh_shares_one_read_and_keeps_the_last_good_snapshot(engine: Engine, made: list[Scheduler]) -> None:
-    node = _node(engine, made)
+def test_refresh_shares_one_read_and_keeps_the_last_good_snapshot(engine: Engine, make_node: Any) -> None:
+    node = make_node()
     node.register(TaskDefinition(id="a", name="A", cron="0 2 * * *"))
     reads: list[str] = []
 
@@ -106,10 +90,10 @@ def _blocking_hook(entered: threading.Event, signals: list[str | None], occurren
 
 @pytest.mark.parametrize(("change", "reason"), [("unregister", "deleted"), ("disable", "disabled"),
                                                  ("reschedule", "rescheduled")])
-def test_definition_changes_interrupt_a_running_cron_execution(engine: Engine, made: list[Scheduler],
+def test_definition_changes_interrupt_a_running_cron_execution(engine: Engine, make_node: Any,
                                                               change: str, reason: str) -> None:
     entered, signals, occurrences = threading.Event(), [], []
-    node = _node(engine, made, hooks={"on_task_execute": _blocking_hook(entered, signals, occurrences)})
+    node = make_node(hooks={"on_task_execute": _blocking_hook(entered, signals, occurrences)})
     node.register(TaskDefinition(id="job", name="Job", cron="* * * * *"))
     node.start()
     assert entered.wait(15)
@@ -125,8 +109,8 @@ def test_definition_changes_interrupt_a_running_cron_execution(engine: Engine, m
     assert done.reason == reason and done.attempts[-1].status == "interrupted"
 
 
-def test_heartbeat_row_for_the_dashboard(engine: Engine, made: list[Scheduler]) -> None:
-    node = _node(engine, made, node_id="beat-1")
+def test_heartbeat_row_for_the_dashboard(engine: Engine, make_node: Any) -> None:
+    node = make_node(node_id="beat-1")
     node.start()
 
     def row() -> Any:
@@ -141,8 +125,8 @@ def test_heartbeat_row_for_the_dashboard(engine: Engine, made: list[Scheduler]) 
     assert row().stopped_at is not None
 
 
-def test_retention_prunes_logs_only(engine: Engine, made: list[Scheduler], clock_offset: None) -> None:
-    node = _node(engine, made, hooks={"on_task_execute": lambda e: "ok"}, max_logs=2, retention_days=1)
+def test_retention_prunes_logs_only(engine: Engine, make_node: Any, clock_offset: None) -> None:
+    node = make_node(hooks={"on_task_execute": lambda e: "ok"}, max_logs=2, retention_days=1)
     node.register(TaskDefinition(id="job", name="Job", cron="0 2 * * *"))
     logs = [node.trigger("job") for _ in range(4)]
     assert node.prune_logs() == 2
@@ -152,13 +136,13 @@ def test_retention_prunes_logs_only(engine: Engine, made: list[Scheduler], clock
     assert all(node.execution.get(entry.occurrence_id).status == "success" for entry in logs)  # journal kept
 
 
-def test_get_logs_filters(engine: Engine, made: list[Scheduler]) -> None:
+def test_get_logs_filters(engine: Engine, make_node: Any) -> None:
     def execute(event: Any) -> Any:
         if event.context.params.get("fail"):
             raise RuntimeError("bad")
         return "ok"
 
-    node = _node(engine, made, hooks={"on_task_execute": execute})
+    node = make_node(hooks={"on_task_execute": execute})
     node.register(TaskDefinition(id="good", name="Good", cron="0 2 * * *"))
     node.register(TaskDefinition(id="bad", name="Bad", cron="0 2 * * *", params={"fail": True}))
     good = node.trigger("good", source="cli")

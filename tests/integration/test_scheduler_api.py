@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,23 +26,6 @@ from scheduler_core.errors import (
 MakeScheduler = Callable[..., Scheduler]
 
 
-@pytest.fixture
-def make_scheduler(engine: Engine) -> Iterator[MakeScheduler]:
-    made: list[Scheduler] = []
-
-    def make(hooks: Any = None, init: bool = True, **config: Any) -> Scheduler:
-        config.setdefault("tick_interval_ms", 200)
-        scheduler = Scheduler(engine, SchedulerConfig(**config), hooks=hooks)
-        made.append(scheduler)
-        if init:
-            scheduler.init()
-        return scheduler
-
-    yield make
-    for scheduler in made:
-        scheduler.close()
-
-
 def _task(task_id: str = "report", **fields: Any) -> TaskDefinition:
     fields.setdefault("cron", "0 2 * * *")
     return TaskDefinition(id=task_id, name=fields.pop("name", task_id.title()), **fields)
@@ -58,8 +41,8 @@ def _rows(engine: Engine, table: Any) -> list[Any]:
 # --- definitions --------------------------------------------------------------------------
 
 
-def test_register_update_unregister(make_scheduler: MakeScheduler, engine: Engine) -> None:
-    scheduler = make_scheduler()
+def test_register_update_unregister(make_node: MakeScheduler, engine: Engine) -> None:
+    scheduler = make_node()
     stored = scheduler.register(_task(retry={"max_attempts": 3, "backoff_ms": [1000, 5000]}, params={"a": 1}))
     assert stored.revision == 1 and stored.retry is not None and stored.retry.backoff_ms == (1000, 5000)
     assert [t.id for t in scheduler.tasks] == ["report"]
@@ -96,10 +79,10 @@ def test_register_update_unregister(make_scheduler: MakeScheduler, engine: Engin
         ({"name": ""}, ConfigError, "name"),
     ],
 )
-def test_bad_definitions_are_refused_and_change_nothing(make_scheduler: MakeScheduler, engine: Engine,
+def test_bad_definitions_are_refused_and_change_nothing(make_node: MakeScheduler, engine: Engine,
                                                         fields: dict[str, Any], error: type[Exception],
                                                         field: str | None) -> None:
-    scheduler = make_scheduler()
+    scheduler = make_node()
     scheduler.register(_task("keep"))
     fields = dict(fields)  # the parameter is shared between backends
     task_id = fields.pop("id", "bad")
@@ -115,8 +98,8 @@ def test_bad_definitions_are_refused_and_change_nothing(make_scheduler: MakeSche
     assert [t.id for t in scheduler.tasks] == ["keep"]
 
 
-def test_duplicate_register_is_refused(make_scheduler: MakeScheduler) -> None:
-    scheduler = make_scheduler()
+def test_duplicate_register_is_refused(make_node: MakeScheduler) -> None:
+    scheduler = make_node()
     scheduler.register(_task())
     with pytest.raises(TaskAlreadyExistsError):
         scheduler.register(_task(name="Other"))
@@ -157,14 +140,14 @@ def test_init_fails_on_an_unreadable_stored_task(engine: Engine) -> None:
 # --- triggers and outcomes ---------------------------------------------------------------------
 
 
-def test_trigger_success_and_same_key_returns_same_record(make_scheduler: MakeScheduler, engine: Engine) -> None:
+def test_trigger_success_and_same_key_returns_same_record(make_node: MakeScheduler, engine: Engine) -> None:
     seen: list[Any] = []
 
     def execute(event: Any) -> Any:
         seen.append(event.context)
         return {"params": dict(event.context.params)}
 
-    scheduler = make_scheduler(hooks={"on_task_execute": execute})
+    scheduler = make_node(hooks={"on_task_execute": execute})
     scheduler.register(_task(params={"channel": "ops"}))
     log = scheduler.trigger("report", source="cli", idempotency_key="2026-11-29")
     assert (log.status, log.result, log.source, log.persistence.status) == (
@@ -178,8 +161,8 @@ def test_trigger_success_and_same_key_returns_same_record(make_scheduler: MakeSc
     assert all(r.occurrence_id is None for r in _rows(engine, slots))  # slot released
 
 
-def test_trigger_bad_input(make_scheduler: MakeScheduler) -> None:
-    scheduler = make_scheduler()
+def test_trigger_bad_input(make_node: MakeScheduler) -> None:
+    scheduler = make_node()
     scheduler.register(_task())
     with pytest.raises(TaskNotFoundError):
         scheduler.trigger("missing")
@@ -198,7 +181,7 @@ def test_trigger_bad_input(make_scheduler: MakeScheduler) -> None:
     ("behaviour", "status"),
     [("raise", "failed"), ("skip", "interrupted"), ("not-json", "failed")],
 )
-def test_handler_outcomes(make_scheduler: MakeScheduler, behaviour: str, status: str) -> None:
+def test_handler_outcomes(make_node: MakeScheduler, behaviour: str, status: str) -> None:
     def execute(event: Any) -> Any:
         if behaviour == "raise":
             raise RuntimeError("boom")
@@ -206,21 +189,21 @@ def test_handler_outcomes(make_scheduler: MakeScheduler, behaviour: str, status:
             raise SchedulerTaskSkippedError("not today")
         return object()
 
-    scheduler = make_scheduler(hooks={"on_task_execute": execute})
+    scheduler = make_node(hooks={"on_task_execute": execute})
     scheduler.register(_task())
     log = scheduler.trigger("report")
     assert log.status == status and log.error
     assert scheduler.execution.get(log.occurrence_id).status == status
 
 
-def test_missing_hook_is_interrupted(make_scheduler: MakeScheduler) -> None:
-    scheduler = make_scheduler()
+def test_missing_hook_is_interrupted(make_node: MakeScheduler) -> None:
+    scheduler = make_node()
     scheduler.register(_task())
     log = scheduler.trigger("report")
     assert log.status == "interrupted" and "missing handler" in (log.error or "")
 
 
-def test_idempotent_task_retries_with_backoff_within_budget(make_scheduler: MakeScheduler) -> None:
+def test_idempotent_task_retries_with_backoff_within_budget(make_node: MakeScheduler) -> None:
     calls: list[int] = []
 
     def execute(event: Any) -> Any:
@@ -229,7 +212,7 @@ def test_idempotent_task_retries_with_backoff_within_budget(make_scheduler: Make
             raise RuntimeError(f"try {len(calls)}")
         return "ok"
 
-    scheduler = make_scheduler(hooks={"on_task_execute": execute})
+    scheduler = make_node(hooks={"on_task_execute": execute})
     scheduler.register(_task(idempotent=True, retry={"max_attempts": 3, "backoff_ms": [50, 100]}))
     log = scheduler.trigger("report")
     assert (log.status, log.attempt, calls) == ("success", 3, [1, 2, 3])
@@ -239,19 +222,19 @@ def test_idempotent_task_retries_with_backoff_within_budget(make_scheduler: Make
     assert len(scheduler.get_logs(task_id="report")) == 3
 
 
-def test_non_idempotent_task_is_not_retried(make_scheduler: MakeScheduler) -> None:
+def test_non_idempotent_task_is_not_retried(make_node: MakeScheduler) -> None:
     calls: list[int] = []
 
     def execute(event: Any) -> Any:
         calls.append(1)
         raise RuntimeError("no")
 
-    scheduler = make_scheduler(hooks={"on_task_execute": execute})
+    scheduler = make_node(hooks={"on_task_execute": execute})
     scheduler.register(_task(retry={"max_attempts": 3}))
     assert scheduler.trigger("report").status == "failed" and len(calls) == 1
 
 
-def test_busy_slot_journals_skipped(make_scheduler: MakeScheduler) -> None:
+def test_busy_slot_journals_skipped(make_node: MakeScheduler) -> None:
     entered, release = threading.Event(), threading.Event()
 
     def execute(event: Any) -> Any:
@@ -259,7 +242,7 @@ def test_busy_slot_journals_skipped(make_scheduler: MakeScheduler) -> None:
         release.wait(10)
         return "done"
 
-    scheduler = make_scheduler(hooks={"on_task_execute": execute})
+    scheduler = make_node(hooks={"on_task_execute": execute})
     scheduler.register(_task())
     first: list[Any] = []
     worker = threading.Thread(target=lambda: first.append(scheduler.trigger("report")))
@@ -273,8 +256,8 @@ def test_busy_slot_journals_skipped(make_scheduler: MakeScheduler) -> None:
     assert first[0].status == "success"
 
 
-def test_delete_after_run_deletes_only_the_executed_revision(make_scheduler: MakeScheduler, engine: Engine) -> None:
-    scheduler = make_scheduler(hooks={"on_task_execute": lambda e: "ok"})
+def test_delete_after_run_deletes_only_the_executed_revision(make_node: MakeScheduler, engine: Engine) -> None:
+    scheduler = make_node(hooks={"on_task_execute": lambda e: "ok"})
     scheduler.register(_task(delete_after_run=True))
     assert scheduler.trigger("report").status == "success"
     assert _rows(engine, tasks) == [] and scheduler.tasks == ()
@@ -289,11 +272,11 @@ def test_delete_after_run_deletes_only_the_executed_revision(make_scheduler: Mak
     assert [r.name for r in _rows(engine, tasks)] == ["changed while running"]  # the update survives
 
 
-def test_observer_hook_failure_does_not_change_the_outcome(make_scheduler: MakeScheduler) -> None:
+def test_observer_hook_failure_does_not_change_the_outcome(make_node: MakeScheduler) -> None:
     def explode(event: Any) -> None:
         raise ValueError("observer bug")
 
-    scheduler = make_scheduler(hooks={"on_task_execute": lambda e: 1, "on_task_start": explode,
+    scheduler = make_node(hooks={"on_task_execute": lambda e: 1, "on_task_start": explode,
                                       "on_task_finish": explode})
     scheduler.register(_task())
     assert scheduler.trigger("report").status == "success"
@@ -309,8 +292,8 @@ def _make_unknown(scheduler: Scheduler, engine: Engine) -> str:
     return abandon_running_execution(engine, "report", started=True)
 
 
-def test_resolve_unknown_is_a_compare_and_set(make_scheduler: MakeScheduler, engine: Engine) -> None:
-    scheduler = make_scheduler(hooks={"on_task_execute": lambda e: "ok"}, lease_ms=1000)
+def test_resolve_unknown_is_a_compare_and_set(make_node: MakeScheduler, engine: Engine) -> None:
+    scheduler = make_node(hooks={"on_task_execute": lambda e: "ok"}, lease_ms=1000)
     scheduler.register(_task())
     occurrence = _make_unknown(scheduler, engine)
     scheduler.start()
@@ -344,10 +327,10 @@ def test_resolve_unknown_is_a_compare_and_set(make_scheduler: MakeScheduler, eng
     assert scheduler.trigger("report").status == "success"  # slot released
 
 
-def test_log_projection_failure_leaves_pending_and_repair_settles_it(make_scheduler: MakeScheduler,
+def test_log_projection_failure_leaves_pending_and_repair_settles_it(make_node: MakeScheduler,
                                                                      engine: Engine) -> None:
     calls: list[int] = []
-    scheduler = make_scheduler(hooks={"on_task_execute": lambda e: calls.append(1) or "ok"})
+    scheduler = make_node(hooks={"on_task_execute": lambda e: calls.append(1) or "ok"})
     scheduler.register(_task())
     with engine.begin() as conn:
         conn.execute(text("ALTER TABLE logs RENAME TO logs_away"))
@@ -373,9 +356,9 @@ def test_log_projection_failure_leaves_pending_and_repair_settles_it(make_schedu
     assert scheduler.get_logs()[0].id == log.id
 
 
-def test_repair_refuses_a_log_row_that_contradicts_the_journal(make_scheduler: MakeScheduler,
+def test_repair_refuses_a_log_row_that_contradicts_the_journal(make_node: MakeScheduler,
                                                               engine: Engine) -> None:
-    scheduler = make_scheduler(hooks={"on_task_execute": lambda e: "ok"})
+    scheduler = make_node(hooks={"on_task_execute": lambda e: "ok"})
     scheduler.register(_task())
     log = scheduler.trigger("report")
     with engine.begin() as conn:
@@ -384,3 +367,26 @@ def test_repair_refuses_a_log_row_that_contradicts_the_journal(make_scheduler: M
     with pytest.raises(LogPersistFailedError):
         scheduler.execution.repair_log(log.occurrence_id)
     assert scheduler.execution.get(log.occurrence_id).log_persistence == "pending"
+
+
+def test_a_failed_task_write_is_db_save_failed_and_publishes_nothing(make_node: MakeScheduler,
+                                                                     engine: Engine) -> None:
+    from scheduler_core.errors import DatabaseError, DbSaveFailedError
+
+    scheduler = make_node()
+    scheduler.register(_task("keep"))
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE scheduler_meta RENAME TO meta_away"))
+    try:
+        with pytest.raises(DbSaveFailedError) as info:
+            scheduler.register(_task("new"))
+        assert info.value.code == "hai:scheduler:026" and "new" in str(info.value)
+        with pytest.raises(DbSaveFailedError):
+            scheduler.update_task("keep", name="changed")
+        with pytest.raises(DatabaseError):
+            scheduler.trigger("keep")
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE meta_away RENAME TO scheduler_meta"))
+    assert [t.id for t in scheduler.tasks] == ["keep"] and scheduler.tasks[0].name == "Keep"
+    assert [r.id for r in _rows(engine, tasks)] == ["keep"]
