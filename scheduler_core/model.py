@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError
+from scheduler_core.secrets import mask_values, masked_handler
 
 ID_MAX = 128
 MAX_ATTEMPTS_RANGE = (1, 100)
@@ -97,6 +98,18 @@ class TaskDefinition:
     def schedule_key(self) -> tuple[str, str, bool]:
         """What decides whether a minute is due; a change of it 'reschedules' the task."""
         return (self.cron, self.timezone, self.enabled)
+
+    def masked(self) -> dict[str, Any]:
+        """The definition as a dict fit for display: secrets in handler and params masked."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["handler"] = masked_handler(self.handler)
+        data["params"] = mask_values(self.params)
+        data["retry"] = self.retry.to_json() if self.retry else None
+        return data
+
+    def __repr__(self) -> str:  # never print a secret header or token in a log line
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.masked().items())
+        return f"TaskDefinition({shown})"
 
     def same_definition(self, other: TaskDefinition) -> bool:
         """Equal in everything a user declares (ignores revision and timestamps)."""

@@ -17,10 +17,10 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from scheduler_core.errors import DatabaseConfigError
+from scheduler_core.secrets import MASK
 
 DatabaseType = Literal["sqlite", "postgresql", "mysql"]
 
-MASK = "***"
 MAX_TIMEOUT_MS = 2_147_483_647
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 # URL scheme (before "+driver") -> our type, and the one driver we ship for it.

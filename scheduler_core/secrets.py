@@ -1,0 +1,50 @@
+"""Masking secrets wherever a definition or configuration is shown or logged.
+
+A value is secret when its name looks like one (Authorization, Cookie, anything with key,
+token, secret, password, auth, session or credential in it), wherever it appears: handler
+headers, task params, URL credentials. Masked copies are for display only; the stored
+definition keeps the real values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+MASK = "***"
+_SECRET_NAME = re.compile(r"authorization|cookie|key|token|secret|passw|auth|session|credential", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def mask_url(url: str) -> str:
+    """``https://user:pw@host/x`` -> ``https://user:***@host/x``; other URLs unchanged."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def mask_values(value: Any) -> Any:
+    """A copy of a JSON-like value with every secret-named entry's value masked."""
+    if isinstance(value, Mapping):
+        return {k: MASK if isinstance(k, str) and is_secret_name(k) else mask_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_values(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return mask_url(value)
+    return value
+
+
+def masked_handler(handler: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A handler config fit for display: secret headers, URL passwords and secret-named fields masked."""
+    return None if handler is None else dict(mask_values(handler))
