@@ -1,4 +1,5 @@
-"""Handler executors: hook (host callables); http and code workers plug in the same way."""
+"""Handler executors by kind: ``hook`` (host callables), ``api`` (HTTP), ``python`` and ``js``
+(trusted code in a worker process)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from typing import Any
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Executor, Outcome
+from scheduler_core.executors.code import JavaScriptCodeExecutor, PythonCodeExecutor
 from scheduler_core.executors.hook import HookExecutor
+
+
+def default_executors() -> list[Executor]:
+    return [HookExecutor(), PythonCodeExecutor(), JavaScriptCodeExecutor()]
 
 
 class ExecutorRegistry:
@@ -15,7 +21,7 @@ class ExecutorRegistry:
 
     def __init__(self, executors: list[Executor] | None = None) -> None:
         self._by_kind: dict[str, Executor] = {}
-        for executor in executors if executors is not None else [HookExecutor()]:
+        for executor in executors if executors is not None else default_executors():
             self._by_kind[executor.kind] = executor
 
     def get(self, kind: str) -> Executor | None:
@@ -31,4 +37,4 @@ class ExecutorRegistry:
 
 
 __all__ = ["CancelSignal", "ExecutionContext", "ExecutionRequest", "Executor", "ExecutorRegistry", "HookExecutor",
-           "Outcome"]
+           "JavaScriptCodeExecutor", "Outcome", "PythonCodeExecutor", "default_executors"]
