@@ -39,9 +39,9 @@ def test_code_is_checked_at_registration_and_nothing_is_stored(make_node: Any, e
 
 def test_timed_out_worker_is_unknown_and_keeps_the_slot(make_node: Any) -> None:
     node = make_node()
+    forever = "def run(context):\n    while True:\n        pass\n"
     node.register(TaskDefinition(id="loop", name="Loop", cron="0 2 * * *",
-                                 handler={"kind": "python", "code": "def run(context):\n    while True:\n        pass\n",
-                                          "timeout": 1000}))
+                                 handler={"kind": "python", "code": forever, "timeout": 1000}))
     log = node.trigger("loop")
     assert log.status == "unknown" and "timeout" in (log.error or "")
     assert node.trigger("loop").status == "skipped"  # the unknown execution keeps the slot
