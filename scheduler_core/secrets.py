@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"authorization|cookie|key|token|secret|passw|auth|session|credential", re.IGNORECASE)
@@ -22,16 +22,21 @@ def is_secret_name(name: str) -> bool:
 
 
 def mask_url(url: str) -> str:
-    """``https://user:pw@host/x`` -> ``https://user:***@host/x``; other URLs unchanged."""
+    """``url`` with the password of its userinfo (``user:password@``) replaced by ``***``."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return url
-    if parts.password is None:
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    user, colon, _password = userinfo.partition(":")
+    if not at or not colon:
         return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return parts._replace(netloc=f"{user}:{MASK}@{hostport}").geturl()
+
+
+def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``headers`` with the value of every credential-like header replaced by ``***``."""
+    return {name: MASK if is_secret_name(str(name)) else value for name, value in headers.items()}
 
 
 def mask_values(value: Any) -> Any:

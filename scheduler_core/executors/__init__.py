@@ -10,10 +10,11 @@ from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Executor, Outcome
 from scheduler_core.executors.code import JavaScriptCodeExecutor, PythonCodeExecutor
 from scheduler_core.executors.hook import HookExecutor
+from scheduler_core.executors.http import HttpExecutor
 
 
 def default_executors() -> list[Executor]:
-    return [HookExecutor(), PythonCodeExecutor(), JavaScriptCodeExecutor()]
+    return [HookExecutor(), HttpExecutor(), PythonCodeExecutor(), JavaScriptCodeExecutor()]
 
 
 class ExecutorRegistry:
@@ -37,4 +38,4 @@ class ExecutorRegistry:
 
 
 __all__ = ["CancelSignal", "ExecutionContext", "ExecutionRequest", "Executor", "ExecutorRegistry", "HookExecutor",
-           "JavaScriptCodeExecutor", "Outcome", "PythonCodeExecutor", "default_executors"]
+           "HttpExecutor", "JavaScriptCodeExecutor", "Outcome", "PythonCodeExecutor", "default_executors"]

@@ -87,3 +87,46 @@ def test_close_kills_a_running_worker(make_node: Any, tmp_path: Any) -> None:
     assert result[0].status == "unknown"  # the code had started: its effect may exist
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
+
+
+@pytest.fixture
+def http_server() -> Any:
+    from tests.helpers.http_server import RecordingServer
+
+    server = RecordingServer()
+    yield server
+    server.close()
+
+
+def test_api_task_fires_from_cron_and_logs_the_outcome(make_node: Any, http_server: Any) -> None:
+    import time
+
+    node = make_node()
+    node.register(TaskDefinition(id="billing/run", name="Billing", cron="* * * * *",
+                                 handler={"kind": "api", "method": "POST", "url": http_server.url("/echo"),
+                                          "body": {"amount": 3}, "headers": {"Authorization": "Bearer s3cret",
+                                                                             "idempotency-key": "user-set"}}))
+    assert "s3cret" not in repr(node.tasks[0])
+    node.start()  # the current minute counts once: the cron occurrence fires now
+    deadline = time.monotonic() + 15
+    while not node.get_logs(task_id="billing/run"):
+        assert time.monotonic() < deadline, "the api task did not fire"
+        time.sleep(0.1)
+    log = node.get_logs(task_id="billing/run")[0]
+    assert (log.trigger, log.status, log.result) == ("cron", "success", {"amount": 3})
+    seen = http_server.requests[-1]
+    assert seen.header("Idempotency-Key") == log.occurrence_id and seen.count("Idempotency-Key") == 1
+    assert seen.header("X-Scheduler-Task") == "billing%2Frun" and seen.header("Authorization") == "Bearer s3cret"
+
+
+@pytest.mark.parametrize(("idempotent", "status"), [(False, "unknown"), (True, "failed")])
+def test_api_error_status_is_unknown_unless_idempotent(make_node: Any, http_server: Any, idempotent: bool,
+                                                       status: str) -> None:
+    node = make_node()
+    node.register(TaskDefinition(id="api", name="Api", cron="0 2 * * *", idempotent=idempotent,
+                                 retry={"max_attempts": 2} if idempotent else None,
+                                 handler={"kind": "api", "url": http_server.url("/status/503")}))
+    log = node.trigger("api")
+    assert (log.status, log.attempt) == (status, 2 if idempotent else 1)
+    assert "503" in (log.error or "")
+    assert len(http_server.requests) == (2 if idempotent else 1)
