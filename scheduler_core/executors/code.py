@@ -56,7 +56,6 @@ running -- threads, timers, child processes in its process group -- is killed wi
 from __future__ import annotations
 
 import ast
-import contextlib
 import json
 import os
 import re
@@ -65,163 +64,22 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from scheduler_core.errors import ConfigError, JsCompileFailedError
-from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome, OutcomeStatus
+from scheduler_core.executors.base import ExecutionContext, ExecutionRequest, Outcome, OutcomeStatus
+from scheduler_core.executors.code_bootstrap import JS_BOOTSTRAP, PYTHON_BOOTSTRAP
+from scheduler_core.executors.worker_process import OUTPUT_LIMIT_BYTES, RESULT_LIMIT_BYTES, Finished, run_child
 
 MAX_CODE_CHARS = 100_000
 DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 86_400_000
-OUTPUT_LIMIT_BYTES = 64 * 1024  # kept per captured stream
-RESULT_LIMIT_BYTES = 16 * 1024 * 1024  # a larger result is refused rather than held in memory
 NODE_CHECK_TIMEOUT_S = 10.0
-READER_GRACE_S = 2.0  # how long to wait for the pipes to drain once the process group is dead
 CODE_FILENAME = "<task code>"
 _SETTINGS = ("kind", "code", "timeout")
-
-Ending = Literal["exited", "timeout", "cancelled"]
-
-# The Python child. It reads {"code", "context"} on stdin and writes ONE JSON document on the
-# result fd named by argv[1]. The result travels on its own pipe, not on stdout, so that
-# whatever the user code prints (even a line that looks like a result) cannot corrupt it.
-_PYTHON_BOOTSTRAP = r"""
-import json, linecache, os, sys, traceback
-
-FILENAME = "<task code>"
-
-
-def _send(fd, document):
-    with os.fdopen(fd, "wb") as channel:
-        channel.write(json.dumps(document).encode("utf-8"))
-
-
-def _failure(exc):
-    # Drop the bootstrap's own frames: the first frame worth showing is the task code's.
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
-        tb = tb.tb_next
-    lines = traceback.format_exception(type(exc), exc, tb)
-    return {"ok": False, "kind": "exception", "error": (type(exc).__name__ + ": " + str(exc)).strip(),
-            "traceback": "".join(lines)}
-
-
-def _main():
-    fd = int(sys.argv[1])
-    os.set_inheritable(fd, False)  # processes the code spawns must not hold the result pipe open
-    payload = json.loads(sys.stdin.buffer.read())
-    code = payload["code"]
-    # Registering the source lets tracebacks show the offending lines of the task code.
-    linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
-    namespace = {"__name__": "__task__", "__builtins__": __builtins__}
-    try:
-        exec(compile(code, FILENAME, "exec"), namespace)
-        run = namespace.get("run")
-        if not callable(run):
-            document = {"ok": False, "kind": "no_run", "error": "the code defines no run(context) function"}
-        else:
-            value = run(payload["context"])
-            try:
-                json.dumps(value, allow_nan=False)  # refuse here what the scheduler could not store
-                document = {"ok": True, "value": value}
-            except (TypeError, ValueError, RecursionError) as exc:
-                document = {"ok": False, "kind": "not_json", "error": type(exc).__name__ + ": " + str(exc)}
-    except Exception as exc:
-        document = _failure(exc)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()  # os._exit below would drop buffered output
-        except Exception:
-            pass  # the code closed or replaced the stream: its output is its own business
-    _send(fd, document)
-    # The attempt is over once run() returned: do not wait for threads the code left behind.
-    os._exit(0)
-
-
-_main()
-"""
-
-# The JavaScript child: same protocol. `new Function` gives the code a CommonJS-like scope
-# (module, exports, require, __filename, __dirname -- the same parameters `node --check`
-# compiles a .cjs file with), so both `function run` and `module.exports.run` styles work.
-_JS_BOOTSTRAP = r"""
-'use strict';
-const fs = require('fs');
-const fd = Number(process.argv[1]);
-const FILENAME = '<task code>';
-const SOURCE_URL = 'hai-task-code';  // V8 ignores a sourceURL with spaces or brackets; renamed in stacks
-const HEADER_LINES = 2;  // `new Function` puts two lines before the body
-
-function send(document) {
-  const buffer = Buffer.from(JSON.stringify(document), 'utf8');
-  let offset = 0;
-  while (offset < buffer.length) offset += fs.writeSync(fd, buffer, offset, buffer.length - offset);
-  fs.closeSync(fd);
-  process.exit(0);  // the attempt is over: timers and handles the code left behind do not matter
-}
-
-function describe(error) {
-  if (!(error instanceof Error)) return { message: 'thrown value: ' + String(error), stack: '' };
-  // Keep only the task code's frames, with line numbers relative to the code as written.
-  const stack = String(error.stack || '').split('\n')
-    .filter((line) => line.trim().startsWith('at ') && !line.includes('[eval]') && !line.includes('node:internal'))
-    .map((line) => line.replace(new RegExp(SOURCE_URL + ':(\\d+):(\\d+)', 'g'),
-      (_, row, col) => FILENAME + ':' + (Number(row) - HEADER_LINES) + ':' + col))
-    .join('\n');
-  return { message: error.name + ': ' + error.message, stack };
-}
-
-function fail(error) {
-  const { message, stack } = describe(error);
-  send({ ok: false, kind: 'exception', error: message, traceback: stack });
-}
-
-function succeed(value) {
-  let text;
-  try {
-    text = JSON.stringify(value === undefined ? null : value);
-  } catch (error) {
-    send({ ok: false, kind: 'not_json', error: describe(error).message });
-    return;
-  }
-  send({ ok: true, value: JSON.parse(text === undefined ? 'null' : text) });
-}
-
-function main() {
-  const payload = JSON.parse(fs.readFileSync(0, 'utf8'));
-  const module = { exports: {} };
-  const exportsObject = module.exports;
-  let run;
-  try {
-    const body = payload.code + '\n;return typeof run === "function" ? run : undefined;\n//# sourceURL=' + SOURCE_URL;
-    const factory = new Function('module', 'exports', 'require', '__filename', '__dirname', body);
-    const declared = factory(module, exportsObject, require, FILENAME, process.cwd());
-    const exported = module.exports && module.exports.run;
-    run = [exported, exportsObject.run, declared].find((candidate) => typeof candidate === 'function');
-  } catch (error) {
-    fail(error);
-    return;
-  }
-  if (run === undefined) {
-    send({ ok: false, kind: 'no_run', error: 'the code defines no run(context) function' });
-    return;
-  }
-  let pending;
-  try {
-    pending = Promise.resolve(run(payload.context));
-  } catch (error) {
-    fail(error);
-    return;
-  }
-  pending.then(succeed, fail);
-}
-
-main();
-"""
 
 
 # --- configuration ---------------------------------------------------------------------
@@ -321,149 +179,6 @@ def _check_js_syntax(node: str, code: str) -> None:
                                        field="handler.code", language="js", line=line)
 
 
-# --- the child process ---------------------------------------------------------------------
-
-
-class _PipeReader:
-    """Drains one pipe in a daemon thread, keeping at most ``limit`` bytes.
-
-    Reading in a thread matters: a child that fills a 64 KiB pipe buffer nobody reads would
-    block forever in write() and turn every chatty task into a timeout. The thread owns the fd
-    and closes it at EOF; if a process that escaped the group keeps the pipe open, the thread
-    is simply abandoned (daemon) and we use what was read so far.
-    """
-
-    def __init__(self, fd: int, limit: int, name: str) -> None:
-        self._fd = fd
-        self._limit = limit
-        self._chunks: list[bytes] = []
-        self._kept = 0
-        self.dropped = 0
-        self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
-        self._thread.start()
-
-    def _drain(self) -> None:
-        try:
-            while chunk := os.read(self._fd, 65536):
-                room = max(0, self._limit - self._kept)
-                if room:
-                    self._chunks.append(chunk[:room])
-                    self._kept += min(room, len(chunk))
-                self.dropped += max(0, len(chunk) - room)
-        except OSError:
-            pass  # nothing more can be read; what we have is all there is
-        finally:
-            os.close(self._fd)
-
-    def join(self, deadline: float) -> bool:
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-        return not self._thread.is_alive()
-
-    def data(self) -> bytes:
-        return b"".join(list(self._chunks))
-
-    def text(self) -> str:
-        text = self.data().decode("utf-8", errors="replace")
-        return f"{text}\n[truncated: {self.dropped} bytes dropped]" if self.dropped else text
-
-
-def _feed(fd: int, data: bytes) -> None:
-    """Write the payload to the child's stdin (in a thread: it may exceed the pipe buffer)."""
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError:
-        pass  # the child exited or closed stdin: it no longer needs the payload
-    finally:
-        os.close(fd)
-
-
-def _has_exited(pid: int) -> bool:
-    """True once the child has exited, WITHOUT reaping it (WNOWAIT).
-
-    Keeping the exited child as an unreaped zombie keeps its pid -- which is also its process
-    group id -- reserved, so the killpg that follows cannot hit an unrelated, recycled group.
-    """
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True  # someone else reaped it
-
-
-def _wait_for_exit(pid: int, deadline: float, cancel: CancelSignal) -> Ending:
-    """Poll for the child's exit until the deadline or cancellation, whichever comes first."""
-    interval = 0.001  # short first polls keep quick tasks quick; capped to stay cheap for long ones
-    while True:
-        if _has_exited(pid):
-            return "exited"
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return "timeout"
-        if cancel.wait(min(interval, remaining)):
-            return "cancelled"
-        interval = min(interval * 2, 0.05)
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the child's whole process group: the child and everything it spawned."""
-    # An already empty group is fine (macOS answers EPERM rather than ESRCH for a zombie-only group).
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _close_all(*fds: int) -> None:
-    for fd in fds:
-        os.close(fd)
-
-
-@dataclass(frozen=True)
-class _Finished:
-    """What an attempt's child process left behind."""
-
-    ending: Ending
-    returncode: int
-    result: bytes
-    result_too_large: bool
-    stdout: str
-    stderr: str
-
-
-def _run_child(command: list[str], payload: bytes, deadline: float, cancel: CancelSignal) -> _Finished:
-    """Start the child, wait for its end, kill its group and reap it; never returns with it alive."""
-    stdin_r, stdin_w = os.pipe()
-    stdout_r, stdout_w = os.pipe()
-    stderr_r, stderr_w = os.pipe()
-    result_r, result_w = os.pipe()
-    try:
-        # start_new_session: the child leads a new process group, so one killpg reaches every
-        # process the code starts (a shell, `sleep 60`, ...) and not the scheduler itself.
-        process = subprocess.Popen([*command, str(result_w)], stdin=stdin_r, stdout=stdout_w, stderr=stderr_w,
-                                   pass_fds=(result_w,), start_new_session=True)
-    except BaseException:
-        _close_all(stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w, result_r, result_w)
-        raise
-    # The parent must drop its copies of the child's ends, or the readers would never see EOF.
-    _close_all(stdin_r, stdout_w, stderr_w, result_w)
-    writer = threading.Thread(target=_feed, args=(stdin_w, payload), name="code-stdin", daemon=True)
-    writer.start()
-    stdout = _PipeReader(stdout_r, OUTPUT_LIMIT_BYTES, "code-stdout")
-    stderr = _PipeReader(stderr_r, OUTPUT_LIMIT_BYTES, "code-stderr")
-    result = _PipeReader(result_r, RESULT_LIMIT_BYTES, "code-result")
-    try:
-        ending = _wait_for_exit(process.pid, deadline, cancel)
-    finally:
-        # Kill first, reap second: while the exited leader is unreaped its pid (= the group id)
-        # cannot be recycled, so the kill is safe; then wait() collects it so no zombie remains.
-        _kill_group(process.pid)
-        process.wait()  # SIGKILL cannot be caught or ignored: this returns promptly
-    grace = time.monotonic() + READER_GRACE_S
-    writer.join(max(0.0, grace - time.monotonic()))
-    for reader in (result, stdout, stderr):
-        reader.join(grace)
-    return _Finished(ending, process.returncode, result.data(), result.dropped > 0, stdout.text(), stderr.text())
-
-
 # --- outcomes ------------------------------------------------------------------------------
 
 
@@ -474,7 +189,7 @@ def _context_json(context: ExecutionContext) -> dict[str, Any]:
             "params": dict(context.params)}
 
 
-def _with_output(summary: str, finished: _Finished) -> str:
+def _with_output(summary: str, finished: Finished) -> str:
     parts = [summary]
     if finished.stdout:
         parts.append(f"--- stdout ---\n{finished.stdout}")
@@ -501,13 +216,13 @@ def _exit_summary(returncode: int) -> str:
     return f"the process exited with code {returncode} before run() returned a result"
 
 
-def _success(value: Any, finished: _Finished) -> Outcome:
+def _success(value: Any, finished: Finished) -> Outcome:
     if not finished.stdout and not finished.stderr:
         return Outcome("success", result=value)
     return Outcome("success", result={"value": value, "stdout": finished.stdout, "stderr": finished.stderr})
 
 
-def _from_document(finished: _Finished) -> Outcome:
+def _from_document(finished: Finished) -> Outcome:
     """Turn the child's result document (or its absence) into an outcome."""
     if finished.result_too_large:
         return Outcome("failed", error=_with_output(f"the result of run() is larger than {RESULT_LIMIT_BYTES} bytes",
@@ -563,7 +278,7 @@ class _CodeExecutor:
             return Outcome("failed", error=f"the execution context is not JSON: {exc}")
         deadline = started + settings.timeout_ms / 1000
         try:
-            finished = _run_child(command, payload, deadline, request.signal)
+            finished = run_child(command, payload, deadline, request.signal)
         except OSError as exc:
             return Outcome("failed", error=f"could not start the {self.language} process: {exc}")
         if finished.ending == "timeout":
@@ -596,7 +311,7 @@ class PythonCodeExecutor(_CodeExecutor):
         # The same interpreter as the node, so the code sees the same installed packages.
         # -I: ignore PYTHON* variables and the user site, keep the cwd off sys.path.
         # -X utf8: stdio is UTF-8 whatever the locale, matching how the output is decoded.
-        return [sys.executable, "-I", "-X", "utf8", "-c", _PYTHON_BOOTSTRAP]
+        return [sys.executable, "-I", "-X", "utf8", "-c", PYTHON_BOOTSTRAP]
 
 
 def _find_node() -> str:
@@ -617,7 +332,7 @@ class JavaScriptCodeExecutor(_CodeExecutor):
 
     def _command(self) -> list[str]:
         # `--` ends node's options: the result fd number that follows is for the bootstrap.
-        return [_find_node(), "-e", _JS_BOOTSTRAP, "--"]
+        return [_find_node(), "-e", JS_BOOTSTRAP, "--"]
 
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "MAX_CODE_CHARS", "MAX_TIMEOUT_MS", "OUTPUT_LIMIT_BYTES", "JavaScriptCodeExecutor",

@@ -57,12 +57,9 @@ The node's environment is not consulted (``trust_env`` is off): no proxy variabl
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import re
-import socket
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -71,14 +68,10 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
-from urllib3.util.connection import allowed_gai_family
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
+from scheduler_core.executors.http_watch import Watch, WatchedAdapter
 from scheduler_core.secrets import MASK, is_secret_name, mask_url
 
 __all__ = ["HttpExecutor", "request_headers"]
@@ -173,149 +166,7 @@ def _validate_int(config: Mapping[str, Any], name: str, default: int, low: int, 
     return value
 
 
-# --- one attempt: the watch, the watched connections, the worker --------------------------
-
-
-class _Stopped(OSError):
-    """Raised in the worker when it tries to go on after the watchdog stopped the attempt."""
-
-
-def _shutdown(sock: socket.socket) -> None:
-    # The plain socket call, also for an SSLSocket: it wakes every thread blocked on the descriptor.
-    with contextlib.suppress(OSError):  # closed already, or never connected
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-class _Watch:
-    """What the watchdog (calling thread) and the worker share about one attempt."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._stopped = False
-        self.established = False  # a connection is up: from now on the request may reach the server
-        self.done = threading.Event()
-        self.outcome: Outcome | None = None
-
-    def adopt(self, sock: socket.socket, established: bool = False) -> None:
-        """Register a socket before it connects (or, ``established``, once it is ready to send)."""
-        with self._lock:
-            if self._stopped:
-                raise _Stopped("the attempt was stopped")
-            self._sockets.append(sock)
-            self.established = self.established or established
-
-    def stop(self) -> bool | None:
-        """Shut the attempt's sockets down; None if the worker had finished, else whether it was sent."""
-        with self._lock:
-            if self.done.is_set():
-                return None
-            self._stopped = True
-            for sock in self._sockets:
-                _shutdown(sock)
-            return self.established
-
-    def finish(self, outcome: Outcome) -> None:
-        with self._lock:
-            self.outcome = outcome
-            self.done.set()
-
-
-def _connect_socket(conn: HTTPConnection, watch: _Watch) -> socket.socket:
-    """``urllib3.util.connection.create_connection``, handing each socket to the watch before connecting."""
-    host = conn._dns_host.strip("[]")
-    error: OSError = OSError(f"no address found for {conn.host}")
-    for family, kind, proto, _name, address in socket.getaddrinfo(host, conn.port, allowed_gai_family(),
-                                                                    socket.SOCK_STREAM):
-        sock = socket.socket(family, kind, proto)
-        try:
-            watch.adopt(sock)
-            for option in conn.socket_options or ():
-                sock.setsockopt(*option)
-            sock.settimeout(conn.timeout if isinstance(conn.timeout, float | int) else None)
-            if conn.source_address:
-                sock.bind(conn.source_address)
-            sock.connect(address)
-            return sock
-        except OSError as exc:
-            error = exc
-            sock.close()
-    raise error
-
-
-def _new_watched_conn(conn: HTTPConnection, watch: _Watch) -> socket.socket:
-    """Open the socket, raising what urllib3's own ``_new_conn`` raises (so requests maps it the same)."""
-    try:
-        sock = _connect_socket(conn, watch)
-    except socket.gaierror as exc:
-        raise NameResolutionError(conn.host, conn, exc) from exc
-    except TimeoutError as exc:
-        raise ConnectTimeoutError(conn, f"Connection to {conn.host} timed out") from exc
-    except OSError as exc:
-        raise NewConnectionError(conn, f"Failed to establish a new connection: {exc}") from exc
-    sys.audit("http.client.connect", conn, conn.host, conn.port)
-    return sock
-
-
-class _WatchedHTTPConnection(HTTPConnection):
-    def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.watch = watch
-
-    def _new_conn(self) -> socket.socket:
-        return _new_watched_conn(self, self.watch)
-
-    def connect(self) -> None:
-        super().connect()
-        assert self.sock is not None
-        self.watch.adopt(self.sock, established=True)
-
-
-class _WatchedHTTPSConnection(HTTPSConnection):
-    def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.watch = watch
-
-    def _new_conn(self) -> socket.socket:
-        return _new_watched_conn(self, self.watch)
-
-    def connect(self) -> None:
-        super().connect()  # TCP connect, then the TLS handshake: the wrapped socket is a new object
-        assert self.sock is not None
-        self.watch.adopt(self.sock, established=True)
-
-
-class _WatchedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-class _WatchedPoolManager(PoolManager):
-    def __init__(self, watch: _Watch, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.watch = watch
-        self.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
-
-    def _new_pool(self, scheme: str, host: str, port: int,
-                  request_context: dict[str, Any] | None = None) -> HTTPConnectionPool:
-        pool = super()._new_pool(scheme, host, port, request_context)
-        # Not through connection_pool_kw: every key there must be a field of urllib3's PoolKey.
-        pool.conn_kw["watch"] = self.watch
-        return pool
-
-
-class _WatchedAdapter(HTTPAdapter):
-    def __init__(self, watch: _Watch) -> None:
-        self.watch = watch
-        super().__init__(pool_connections=1, pool_maxsize=1)
-
-    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
-        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
-        self.poolmanager = _WatchedPoolManager(self.watch, num_pools=connections, maxsize=maxsize, block=block,
-                                               **pool_kwargs)
+# --- one attempt: the worker and its watchdog -----------------------------------------
 
 
 @dataclass(frozen=True)
@@ -413,12 +264,12 @@ def _judge(response: requests.Response, call: _Call) -> Outcome:
     return _ambiguous(call, answer, _result(body))
 
 
-def _send(call: _Call, watch: _Watch) -> Outcome:
+def _send(call: _Call, watch: Watch) -> Outcome:
     """The worker: one request on a session of its own, closed whatever happens."""
     session = requests.Session()
     session.trust_env = False
     session.headers["User-Agent"] = "hai-scheduler"
-    adapter = _WatchedAdapter(watch)
+    adapter = WatchedAdapter(watch)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     socket_timeout = call.timeout_ms / 1000 + _BACKSTOP_S  # the watchdog is the deadline; this is a backstop
@@ -438,7 +289,7 @@ def _send(call: _Call, watch: _Watch) -> Outcome:
         session.close()
 
 
-def _work(call: _Call, watch: _Watch) -> None:
+def _work(call: _Call, watch: Watch) -> None:
     try:
         outcome = _send(call, watch)
     except BaseException as exc:  # never leave the watchdog waiting
@@ -446,7 +297,7 @@ def _work(call: _Call, watch: _Watch) -> None:
     watch.finish(outcome)
 
 
-def _supervise(watch: _Watch, signal: CancelSignal, deadline: float) -> str | None:
+def _supervise(watch: Watch, signal: CancelSignal, deadline: float) -> str | None:
     """Wait for the worker; return why it must be stopped (timeout / cancelled), None once it finished."""
     while not watch.done.wait(max(0.0, min(_POLL_S, deadline - time.monotonic()))):
         if signal.is_set():
@@ -469,7 +320,7 @@ def _stopped_outcome(call: _Call, cause: str, sent: bool, signal: CancelSignal) 
 
 def _run(call: _Call, signal: CancelSignal) -> Outcome:
     """The watchdog: run the worker and stop it at the deadline or on cancellation."""
-    watch = _Watch()
+    watch = Watch()
     deadline = time.monotonic() + call.timeout_ms / 1000
     worker = threading.Thread(target=_work, args=(call, watch), name="hai-scheduler-http", daemon=True)
     worker.start()

@@ -1,0 +1,166 @@
+"""Watched HTTP connections: every socket is registered before it connects, so a watchdog
+thread can shut it down at once -- on the attempt's deadline or on cancellation -- wherever
+the request is blocked (connect, send, or a body that trickles in one byte a second).
+
+A connection is marked *established* once it is up (after the TLS handshake for HTTPS):
+that is the line between "nothing was sent" (a definite failure) and "the request may have
+reached the server" (an ambiguous outcome).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+import threading
+from typing import Any
+
+from requests.adapters import HTTPAdapter
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, PoolManager
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.util.connection import allowed_gai_family
+
+from scheduler_core.executors.base import Outcome
+
+
+class _Stopped(OSError):
+    """Raised in the worker when it tries to go on after the watchdog stopped the attempt."""
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # The plain socket call, also for an SSLSocket: it wakes every thread blocked on the descriptor.
+    with contextlib.suppress(OSError):  # closed already, or never connected
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class Watch:
+    """What the watchdog (calling thread) and the worker share about one attempt."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._stopped = False
+        self.established = False  # a connection is up: from now on the request may reach the server
+        self.done = threading.Event()
+        self.outcome: Outcome | None = None
+
+    def adopt(self, sock: socket.socket, established: bool = False) -> None:
+        """Register a socket before it connects (or, ``established``, once it is ready to send)."""
+        with self._lock:
+            if self._stopped:
+                raise _Stopped("the attempt was stopped")
+            self._sockets.append(sock)
+            self.established = self.established or established
+
+    def stop(self) -> bool | None:
+        """Shut the attempt's sockets down; None if the worker had finished, else whether it was sent."""
+        with self._lock:
+            if self.done.is_set():
+                return None
+            self._stopped = True
+            for sock in self._sockets:
+                _shutdown(sock)
+            return self.established
+
+    def finish(self, outcome: Outcome) -> None:
+        with self._lock:
+            self.outcome = outcome
+            self.done.set()
+
+
+def _connect_socket(conn: HTTPConnection, watch: Watch) -> socket.socket:
+    """``urllib3.util.connection.create_connection``, handing each socket to the watch before connecting."""
+    host = conn._dns_host.strip("[]")
+    error: OSError = OSError(f"no address found for {conn.host}")
+    for family, kind, proto, _name, address in socket.getaddrinfo(host, conn.port, allowed_gai_family(),
+                                                                    socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            watch.adopt(sock)
+            for option in conn.socket_options or ():
+                sock.setsockopt(*option)
+            sock.settimeout(conn.timeout if isinstance(conn.timeout, float | int) else None)
+            if conn.source_address:
+                sock.bind(conn.source_address)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    raise error
+
+
+def _new_watched_conn(conn: HTTPConnection, watch: Watch) -> socket.socket:
+    """Open the socket, raising what urllib3's own ``_new_conn`` raises (so requests maps it the same)."""
+    try:
+        sock = _connect_socket(conn, watch)
+    except socket.gaierror as exc:
+        raise NameResolutionError(conn.host, conn, exc) from exc
+    except TimeoutError as exc:
+        raise ConnectTimeoutError(conn, f"Connection to {conn.host} timed out") from exc
+    except OSError as exc:
+        raise NewConnectionError(conn, f"Failed to establish a new connection: {exc}") from exc
+    sys.audit("http.client.connect", conn, conn.host, conn.port)
+    return sock
+
+
+class WatchedHTTPConnection(HTTPConnection):
+    def __init__(self, *args: Any, watch: Watch, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.watch = watch
+
+    def _new_conn(self) -> socket.socket:
+        return _new_watched_conn(self, self.watch)
+
+    def connect(self) -> None:
+        super().connect()
+        assert self.sock is not None
+        self.watch.adopt(self.sock, established=True)
+
+
+class WatchedHTTPSConnection(HTTPSConnection):
+    def __init__(self, *args: Any, watch: Watch, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.watch = watch
+
+    def _new_conn(self) -> socket.socket:
+        return _new_watched_conn(self, self.watch)
+
+    def connect(self) -> None:
+        super().connect()  # TCP connect, then the TLS handshake: the wrapped socket is a new object
+        assert self.sock is not None
+        self.watch.adopt(self.sock, established=True)
+
+
+class WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = WatchedHTTPConnection
+
+
+class WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = WatchedHTTPSConnection
+
+
+class WatchedPoolManager(PoolManager):
+    def __init__(self, watch: Watch, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.watch = watch
+        self.pool_classes_by_scheme = {"http": WatchedHTTPPool, "https": WatchedHTTPSPool}
+
+    def _new_pool(self, scheme: str, host: str, port: int,
+                  request_context: dict[str, Any] | None = None) -> HTTPConnectionPool:
+        pool = super()._new_pool(scheme, host, port, request_context)
+        # Not through connection_pool_kw: every key there must be a field of urllib3's PoolKey.
+        pool.conn_kw["watch"] = self.watch
+        return pool
+
+
+class WatchedAdapter(HTTPAdapter):
+    def __init__(self, watch: Watch) -> None:
+        self.watch = watch
+        super().__init__(pool_connections=1, pool_maxsize=1)
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any) -> None:
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager = WatchedPoolManager(self.watch, num_pools=connections, maxsize=maxsize, block=block,
+                                               **pool_kwargs)
