@@ -148,3 +148,69 @@ class SchedulerTaskSkippedError(SchedulerError):
     """Raised by a host handler to say "not this time": the attempt ends ``interrupted``."""
 
     code, name = "hai:scheduler:035", "TASK_SKIPPED"
+
+
+# --- notifications (reach) --------------------------------------------------------------
+
+
+class ReachError(Exception):
+    """Root of every error raised by scheduler_core.reach (``hai:reach:0NN``)."""
+
+    code = "hai:reach:001"
+    name = "SEND_FAILED"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.message}"
+
+
+class SendFailedError(ReachError):
+    code, name = "hai:reach:001", "SEND_FAILED"
+
+
+class TemplateNotFoundError(ReachError):
+    code, name = "hai:reach:002", "TEMPLATE_NOT_FOUND"
+
+
+class TemplateRenderFailedError(ReachError):
+    code, name = "hai:reach:003", "TEMPLATE_RENDER_FAILED"
+
+
+class InvalidRecipientError(ReachError):
+    code, name = "hai:reach:004", "INVALID_RECIPIENT"
+
+
+class ProviderNotFoundError(ReachError):
+    code, name = "hai:reach:005", "PROVIDER_NOT_FOUND"
+
+
+class DndBlockedError(ReachError):
+    code, name = "hai:reach:006", "DND_BLOCKED"
+
+
+class ReachNotInitializedError(ReachError):
+    code, name = "hai:reach:010", "NOT_INITIALIZED"
+
+
+class UnsupportedTypeError(ReachError):
+    code, name = "hai:reach:011", "UNSUPPORTED_TYPE"
+
+
+class ReachConfigError(ReachError):
+    """Invalid notification configuration or input; ``field`` names it."""
+
+    code, name = "hai:reach:012", "CONFIG_ERROR"
+
+    def __init__(self, field: str, message: str, **details: Any) -> None:
+        super().__init__(f"{field}: {message}", field=field, **details)
+        self.field = field
+
+
+class DeliveryRejectedError(ReachError):
+    """The provider answered with a definite, permanent refusal."""
+
+    code, name = "hai:reach:020", "DELIVERY_REJECTED"

@@ -176,3 +176,50 @@ scheduler_meta = Table(
     Column("value", BigInteger, nullable=False),
     **MYSQL_TABLE_OPTIONS,
 )
+
+# --- notifications (reach) -------------------------------------------------------------
+
+# Templates stored in the database (templates from configuration live in memory).
+reach_templates = Table(
+    "reach_templates",
+    metadata,
+    Column("name", String(ID_LENGTH), primary_key=True),
+    Column("provider", String(64), nullable=False),
+    Column("subject", Text, nullable=True),
+    Column("body", Text, nullable=False),
+    _ms("created_at"),
+    _ms("updated_at"),
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# The durable delivery queue: one row per deferred message, with its own retry policy.
+# status: pending -> processing -> sending -> sent | unknown | dead | discarded.
+reach_queue = Table(
+    "reach_queue",
+    metadata,
+    Column("queue_id", String(36), primary_key=True),
+    Column("provider", String(64), nullable=False),
+    Column("template", String(ID_LENGTH), nullable=True),
+    Column("recipient", Text, nullable=False),  # never returned by the operator API
+    Column("subject", Text, nullable=True),
+    Column("body", Text, nullable=False),
+    Column("extra", Json, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("attempt_count", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("retry_delay_ms", BigInteger, nullable=False),
+    Column("max_retry_delay_ms", BigInteger, nullable=False),
+    _ms("next_attempt_at"),
+    Column("locked_by", String(ID_LENGTH), nullable=True),
+    Column("lock_token", String(64), nullable=True),
+    _ms("locked_until", nullable=True),
+    Column("last_failure", String(32), nullable=True),
+    Column("message_id", String(255), nullable=True),
+    Column("resolved_by", String(ID_LENGTH), nullable=True),
+    _ms("created_at"),
+    _ms("updated_at"),
+    Index(None, "status", "next_attempt_at"),  # rounds: due pending rows
+    Index(None, "status", "locked_until"),  # expired leases
+    Index(None, "status", "updated_at"),  # dead / unknown lists
+    **MYSQL_TABLE_OPTIONS,
+)

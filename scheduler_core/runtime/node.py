@@ -49,6 +49,7 @@ class Node:
         self._last_retention = time.monotonic()
         self._tick_lock = threading.Lock()
         self.accepting = False
+        self.listeners: list[Callable[[int], None]] = []  # called each tick with the DB time
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -103,6 +104,11 @@ class Node:
         self.planner.backlog.extend(self.planner.due(snapshot.now_ms))
         self._claim_backlog()
         self._housekeeping()
+        for listener in list(self.listeners):
+            try:
+                listener(snapshot.now_ms)
+            except Exception:
+                logger.warning("tick listener %r failed", listener, exc_info=True)
 
     def _free_capacity(self) -> int:
         config = self.ctx.config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -64,6 +64,7 @@ class Scheduler:
         self._snapshot: dict[str, TaskDefinition] = {}
         self._refresh_lock = threading.Lock()
         self._closing = threading.Event()
+        self._tick_listeners: list[Callable[[int], None]] = []
         self.execution = ExecutionOperations(self)
 
     # --- properties -----------------------------------------------------------------
@@ -180,6 +181,7 @@ class Scheduler:
             if self._node is not None:
                 raise AlreadyRunningError("the scheduler is already running")
             self._node = Node(ctx, NodeRepository(self._engine), lambda _version: self._reload())
+            self._node.listeners = self._tick_listeners
             self._node.start()
 
     def stop(self) -> None:
@@ -207,6 +209,13 @@ class Scheduler:
             ctx.wait_idle()
             ctx.leases.stop()
             self._ctx, self._snapshot = None, {}
+
+    def add_tick_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(db_now_ms)`` on every tick of this node (e.g. notification rounds).
+
+        Listeners run on the tick thread: they must return quickly (start work elsewhere).
+        """
+        self._tick_listeners.append(listener)
 
     # --- hooks ------------------------------------------------------------------------
 

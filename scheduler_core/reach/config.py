@@ -1,0 +1,130 @@
+"""Validated notification configuration: DND window, queue retry policy, templates.
+
+Bounds from the seed: max attempts 1..100 (default 5); retry delay and max retry delay
+1000..86400000 ms (defaults 60000 / 3600000) with max >= first; backoff
+``min(max_retry_delay, retry_delay * 2^(attempt-1))``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from scheduler_core.errors import ReachConfigError
+
+_WALL_TIME = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
+DELAY_RANGE = (1_000, 86_400_000)
+
+
+def _int(field: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ReachConfigError(field, f"must be an integer between {low} and {high} (got {value!r})")
+    return value
+
+
+def _keys(field: str, values: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    if not isinstance(values, Mapping):
+        raise ReachConfigError(field, "must be a mapping")
+    for key in values:
+        if key not in allowed:
+            raise ReachConfigError(f"{field}.{key}", "is not a setting here")
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    max_attempts: int = 5  # claims allowed, crash recoveries included; 1..100
+    retry_delay_ms: int = 60_000  # first backoff; 1000..86400000
+    max_retry_delay_ms: int = 3_600_000  # backoff cap; 1000..86400000, >= retry_delay_ms
+    lease_ms: int = 60_000  # a round's claim on one message, renewed while sending
+
+    def __post_init__(self) -> None:
+        _int("queue.max_attempts", self.max_attempts, 1, 100)
+        _int("queue.retry_delay_ms", self.retry_delay_ms, *DELAY_RANGE)
+        _int("queue.max_retry_delay_ms", self.max_retry_delay_ms, *DELAY_RANGE)
+        _int("queue.lease_ms", self.lease_ms, *DELAY_RANGE)
+        if self.max_retry_delay_ms < self.retry_delay_ms:
+            raise ReachConfigError("queue.max_retry_delay_ms", "must not be smaller than queue.retry_delay_ms")
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any] | None) -> QueuePolicy:
+        values = values or {}
+        _keys("queue", values, ("max_attempts", "retry_delay_ms", "max_retry_delay_ms", "lease_ms"))
+        return cls(**values)
+
+
+def backoff_ms(retry_delay_ms: int, max_retry_delay_ms: int, attempt: int) -> int:
+    """``min(max, delay * 2^(attempt-1))`` for the attempt that just failed (1-based)."""
+    return int(min(max_retry_delay_ms, retry_delay_ms * 2 ** max(0, attempt - 1)))
+
+
+@dataclass(frozen=True)
+class DndConfig:
+    enabled: bool = False
+    strategy: str = "discard"  # discard (DND_BLOCKED) | delay (queued until the window ends)
+    start: str = "22:00"  # wall time the window opens, HH:MM
+    end: str = "08:00"  # wall time it closes; may cross midnight
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ReachConfigError("dnd.enabled", "must be true or false")
+        if self.strategy not in ("discard", "delay"):
+            raise ReachConfigError("dnd.strategy", f"must be discard or delay (got {self.strategy!r})")
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not _WALL_TIME.match(value):
+                raise ReachConfigError(f"dnd.{name}", f"must be a wall time HH:MM (got {value!r})")
+        if self.start == self.end:
+            raise ReachConfigError("dnd.end", "must differ from dnd.start")
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            raise ReachConfigError("dnd.timezone", f"unknown IANA timezone {self.timezone!r}") from None
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any] | None) -> DndConfig:
+        values = values or {}
+        _keys("dnd", values, ("enabled", "strategy", "start", "end", "timezone"))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class TemplateConfig:
+    name: str
+    provider: str
+    body: str
+    subject: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not 1 <= len(self.name) <= 128:
+            raise ReachConfigError("templates.name", "must be 1..128 characters")
+        for name in ("provider", "body"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ReachConfigError(f"templates.{self.name}.{name}", "must be a non-empty string")
+        if self.subject is not None and not isinstance(self.subject, str):
+            raise ReachConfigError(f"templates.{self.name}.subject", "must be a string")
+
+
+@dataclass(frozen=True)
+class ReachConfig:
+    providers: tuple[Mapping[str, Any], ...]
+    templates: tuple[TemplateConfig, ...]
+    dnd: DndConfig
+    queue: QueuePolicy
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> ReachConfig:
+        _keys("reach", values, ("providers", "templates", "dnd", "queue"))
+        providers = values.get("providers") or []
+        templates = values.get("templates") or []
+        if not isinstance(providers, list | tuple) or not isinstance(templates, list | tuple):
+            raise ReachConfigError("providers", "providers and templates must be lists")
+        parsed = []
+        for index, item in enumerate(templates):
+            _keys(f"templates[{index}]", item, ("name", "provider", "subject", "body"))
+            parsed.append(TemplateConfig(**item))
+        return cls(tuple(providers), tuple(parsed), DndConfig.parse(values.get("dnd")),
+                   QueuePolicy.parse(values.get("queue")))

@@ -1,0 +1,160 @@
+"""``type: api``: a webhook. One JSON POST per delivery, under one deadline.
+
+Config::
+
+    {"name": "webhook", "type": "api", "url": "https://hooks.example/notify",
+     "headers": {"Authorization": "Bearer ..."}, "timeout_ms": 30000, "idempotent": false}
+
+The request body is ``{"to", "subject", "body", "extra"}``. When the provider is ``idempotent`` and
+the caller gives an idempotency key (the queue gives its queue id, the same on every try), every
+try also carries ``Idempotency-Key: <key>`` and ``"idempotencyKey": <key>`` in the body. A
+non-idempotent provider never sends the key: it would suggest a deduplication nobody promised.
+
+Recipient: ``to`` is opaque to us. It is posted in the body for the receiver to interpret (a user
+id, a channel, a chat-bot URL, ...) and is never a place we connect to: the request always goes to
+the configured ``url``, so a recipient cannot redirect a delivery. Rule: 1..512 characters, no
+control or invisible characters, no surrounding whitespace; one that starts with ``http://`` or
+``https://`` must be a valid URL with a host (a broken URL is a mistake, not an id).
+
+Classification, and why
+-----------------------
+=================================================  =======  ======================
+what happened                                      started  failure_class
+=================================================  =======  ======================
+2xx                                                (sent)   message_id: JSON ``messageId``/``id``,
+                                                            else the idempotency key, else generated
+not connected: DNS, refused, connect timeout, TLS  False    provider_unavailable
+connection lost or deadline after connecting       True     transient_failure
+408, 425, 429, 5xx                                 True     transient_failure
+any other status (3xx is not followed, other 4xx)  True     permanent_rejection
+=================================================  =======  ======================
+
+Every answer after connecting is ``started``: a 500 can come after the receiver acted, and a lost
+answer says nothing. Only an idempotent receiver makes such a delivery safe to try again; for the
+others the queue marks it ``unknown`` so that nobody is notified twice by a blind retry.
+Redirects are not followed: that would send our headers (and their credentials) elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import urlsplit
+
+from scheduler_core.errors import InvalidRecipientError, ReachConfigError
+from scheduler_core.reach.base import Delivery, RenderedMessage
+from scheduler_core.reach.providers._config import (
+    Settings,
+    check_http_url,
+    has_unprintable,
+    mask_endpoint,
+    refuse_recipient,
+)
+from scheduler_core.reach.providers._delivery import (
+    ambiguous,
+    budget_ms,
+    delivered,
+    new_message_id,
+    no_time_left,
+    not_started,
+)
+from scheduler_core.reach.providers._http import HttpAnswer, exchange, no_answer
+from scheduler_core.secrets import is_secret_name, mask_headers
+
+SETTINGS = ("url", "headers", "timeout_ms", "idempotent")
+RESERVED_HEADERS = ("idempotency-key", "content-type", "content-length", "host", "transfer-encoding")
+RECIPIENT_MAX = 512
+KEY_MAX = 256
+TRANSIENT_STATUSES = frozenset({408, 425, 429})
+_RECIPIENT_RULE = f"1..{RECIPIENT_MAX} printable characters without surrounding whitespace"
+
+
+def _message_id(data: Any) -> str | None:
+    if isinstance(data, dict):
+        for key in ("messageId", "id"):
+            value = data.get(key)
+            if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+                return str(value)[:KEY_MAX]
+    return None
+
+
+@dataclass(eq=False)
+class WebhookProvider:
+    """Posts each message as JSON to one URL (see the module docstring for the rules)."""
+
+    name: str
+    url: str = field(repr=False)  # may hold credentials
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    timeout_ms: int = 30_000
+    idempotent: bool = False
+    type: str = field(default="api", init=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WebhookProvider:
+        return cls(name=settings.name, url=settings.http_url("url"),
+                   headers=settings.headers("headers", RESERVED_HEADERS),
+                   timeout_ms=settings.timeout_ms(), idempotent=settings.boolean("idempotent", False))
+
+    def validate_recipient(self, to: str) -> None:
+        if not isinstance(to, str) or not 1 <= len(to) <= RECIPIENT_MAX or to != to.strip() or has_unprintable(to):
+            refuse_recipient(self.name, _RECIPIENT_RULE)
+        if to.lower().startswith(("http://", "https://")):
+            try:
+                check_http_url(to, "to")
+            except ReachConfigError:
+                refuse_recipient(self.name, "a valid URL with a host when it has an http(s) scheme")
+
+    def _request(self, message: RenderedMessage, key: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+        payload: dict[str, Any] = {"to": message.to, "subject": message.subject, "body": message.body,
+                                   "extra": message.extra}
+        headers = dict(self.headers)
+        if self.idempotent and key is not None:
+            payload["idempotencyKey"] = key
+            headers["Idempotency-Key"] = key
+        json.dumps(payload, allow_nan=False)  # refuse what requests could not encode, before connecting
+        return payload, headers
+
+    def send(self, message: RenderedMessage, idempotency_key: str | None, timeout_ms: int) -> Delivery:
+        try:
+            self.validate_recipient(message.to)
+        except InvalidRecipientError:
+            return not_started("invalid_message", "invalid recipient")
+        key = idempotency_key if self.idempotent else None
+        if key is not None and (not 1 <= len(key) <= KEY_MAX or has_unprintable(key) or not key.isascii()):
+            return not_started("invalid_message", f"idempotency key must be 1..{KEY_MAX} printable ASCII characters")
+        try:
+            payload, headers = self._request(message, key)
+        except (TypeError, ValueError) as exc:
+            return not_started("invalid_message", f"message is not JSON-encodable ({type(exc).__name__})")
+        budget = budget_ms(self.timeout_ms, timeout_ms)
+        if budget is None:
+            return no_time_left()
+        scrub = [value for name, value in self.headers.items() if is_secret_name(name)]
+        answer = exchange("POST", self.url, timeout_ms=budget, headers=headers, json_body=payload,
+                          scrub=[*scrub, urlsplit(self.url).password, message.to])
+        return self._judge(answer, budget, key)
+
+    def _judge(self, answer: HttpAnswer, budget: int, key: str | None) -> Delivery:
+        status = answer.status
+        if status is None:
+            return no_answer(answer, budget)
+        if 200 <= status < 300:
+            return delivered(_message_id(answer.data) or key or new_message_id())
+        text = f"HTTP {status} {_phrase(status)}".strip()
+        if status in TRANSIENT_STATUSES or status >= 500:
+            return ambiguous("transient_failure", text)
+        return ambiguous("permanent_rejection", text)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "url": mask_endpoint(self.url),
+                "headers": mask_headers(self.headers), "timeout_ms": self.timeout_ms, "idempotent": self.idempotent}
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase  # ours, not the server's reason text
+    except ValueError:
+        return ""
+

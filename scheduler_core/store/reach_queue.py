@@ -1,0 +1,281 @@
+"""The notification delivery queue (``reach_queue``) and stored templates.
+
+Leases work as for executions: a claimed row carries a random ``lock_token`` and a
+``locked_until`` deadline computed and compared with ``db_now_ms()`` inside each statement;
+an owner's write locks the row first so the comparison runs after any lock wait. Every
+conditional write reports whether it applied (0 rows: the caller lost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, delete, select, update
+from sqlalchemy.engine import Connection, Engine, Row
+
+from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.engine import dialect_kind
+from scheduler_core.db.tables import reach_queue, reach_templates
+from scheduler_core.store.dialect import greatest, insert_ignore, read, write
+
+OWNED_STATUSES = ("processing", "sending")
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """Safe metadata of a queued message: never its body or recipient."""
+
+    queue_id: str
+    provider: str
+    template: str | None
+    status: str  # pending | processing | sending | sent | unknown | dead | discarded
+    attempt_count: int
+    max_attempts: int
+    retry_delay_ms: int
+    max_retry_delay_ms: int
+    next_attempt_at: int
+    locked_until: int | None
+    last_failure: str | None
+    message_id: str | None
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class QueuedMessage:
+    """A claimed row, with what the provider needs to deliver it."""
+
+    entry: QueueEntry
+    lock_token: str | None
+    recipient: str
+    subject: str | None
+    body: str
+    extra: dict[str, Any]
+
+
+def _entry(row: Row[Any]) -> QueueEntry:
+    d = row._mapping
+    return QueueEntry(
+        queue_id=d["queue_id"], provider=d["provider"], template=d["template"], status=d["status"],
+        attempt_count=int(d["attempt_count"]), max_attempts=int(d["max_attempts"]),
+        retry_delay_ms=to_ms(d["retry_delay_ms"], "retry_delay_ms"),
+        max_retry_delay_ms=to_ms(d["max_retry_delay_ms"], "max_retry_delay_ms"),
+        next_attempt_at=to_ms(d["next_attempt_at"], "next_attempt_at"),
+        locked_until=optional_ms(d["locked_until"], "locked_until"), last_failure=d["last_failure"],
+        message_id=d["message_id"], created_at=to_ms(d["created_at"], "created_at"),
+        updated_at=to_ms(d["updated_at"], "updated_at"))
+
+
+def _message(row: Row[Any]) -> QueuedMessage:
+    d = row._mapping
+    return QueuedMessage(_entry(row), d["lock_token"], d["recipient"], d["subject"], d["body"], dict(d["extra"] or {}))
+
+
+class QueueRepository:
+    def __init__(self, engine: Engine, node_id: str, lease_ms: int) -> None:
+        self.engine = engine
+        self.node_id = node_id
+        self.lease_ms = lease_ms
+
+    def _touch(self, conn: Connection) -> Any:
+        return greatest(conn, db_now_ms(), reach_queue.c.updated_at + 1)
+
+    def now(self) -> int:
+        return to_ms(read(self.engine, lambda conn: conn.execute(select(db_now_ms())).scalar_one()), "db_now_ms")
+
+    def enqueue(self, queue_id: str, provider: str, template: str | None, recipient: str, subject: str | None,
+                body: str, extra: dict[str, Any], policy: tuple[int, int, int], not_before: int | None) -> None:
+        """Insert a ``pending`` row; committed when this returns. ``policy`` =
+        (max_attempts, retry_delay_ms, max_retry_delay_ms), stored with the message."""
+        max_attempts, delay, max_delay = policy
+
+        def work(conn: Connection) -> None:
+            now = db_now_ms()
+            conn.execute(reach_queue.insert().values(
+                queue_id=queue_id, provider=provider, template=template, recipient=recipient, subject=subject,
+                body=body, extra=extra, status="pending", attempt_count=0, max_attempts=max_attempts,
+                retry_delay_ms=delay, max_retry_delay_ms=max_delay,
+                next_attempt_at=now if not_before is None else not_before, created_at=now, updated_at=now))
+
+        write(self.engine, work)
+
+    # --- a round's claims and the owner's writes ------------------------------------------
+
+    def claim_next(self, eligible_at: int, token: str) -> QueuedMessage | None:
+        """Claim one ``pending`` row due at ``eligible_at`` (fixed per round): status
+        ``processing``, our token, a lease, ``attempt_count + 1`` (counted at claim, so a crash
+        after it still uses up the attempt). None when nothing is due."""
+        due = (select(reach_queue.c.queue_id)
+               .where(reach_queue.c.status == "pending", reach_queue.c.next_attempt_at <= eligible_at)
+               .order_by(reach_queue.c.next_attempt_at, reach_queue.c.queue_id).limit(8))
+        candidates: list[str] = read(self.engine, lambda conn: list(conn.execute(due).scalars()))
+        for queue_id in candidates:
+            if self._claim(queue_id, eligible_at, token):
+                return self._claimed(queue_id)
+        return None
+
+    def _claimed(self, queue_id: str) -> QueuedMessage:
+        query = select(reach_queue).where(reach_queue.c.queue_id == queue_id)
+        return _message(read(self.engine, lambda conn: conn.execute(query).one()))
+
+    def _claim(self, queue_id: str, eligible_at: int, token: str) -> bool:
+        def work(conn: Connection) -> bool:
+            return conn.execute(
+                update(reach_queue)
+                .where(reach_queue.c.queue_id == queue_id, reach_queue.c.status == "pending",
+                       reach_queue.c.next_attempt_at <= eligible_at)
+                .values(status="processing", lock_token=token, locked_by=self.node_id,
+                        locked_until=db_now_ms() + self.lease_ms, attempt_count=reach_queue.c.attempt_count + 1,
+                        updated_at=self._touch(conn))).rowcount == 1
+
+        return write(self.engine, work)
+
+    def _owned(self, queue_id: str, token: str, status: str | tuple[str, ...]) -> Any:
+        statuses = (status,) if isinstance(status, str) else status
+        return and_(reach_queue.c.queue_id == queue_id, reach_queue.c.lock_token == token,
+                    reach_queue.c.status.in_(statuses), reach_queue.c.locked_until > db_now_ms())
+
+    @staticmethod
+    def _lock(conn: Connection, queue_id: str) -> None:
+        if dialect_kind(conn) != "sqlite":  # see ExecutionRepository._lock_rows
+            conn.execute(select(reach_queue.c.queue_id).where(reach_queue.c.queue_id == queue_id).with_for_update())
+
+    def mark_sending(self, queue_id: str, token: str) -> bool:
+        """processing -> sending, written before the provider is called (and the lease extended)."""
+
+        def work(conn: Connection) -> bool:
+            self._lock(conn, queue_id)
+            return conn.execute(update(reach_queue).where(self._owned(queue_id, token, "processing"))
+                                .values(status="sending", locked_until=db_now_ms() + self.lease_ms,
+                                        updated_at=self._touch(conn))).rowcount == 1
+
+        return write(self.engine, work)
+
+    def renew(self, queue_id: str, token: str) -> bool:
+        def work(conn: Connection) -> bool:
+            return conn.execute(update(reach_queue).where(self._owned(queue_id, token, OWNED_STATUSES))
+                                .values(locked_until=db_now_ms() + self.lease_ms)).rowcount == 1
+
+        return write(self.engine, work)
+
+    def settle(self, queue_id: str, token: str, status: str, *, message_id: str | None = None,
+               last_failure: str | None = None, retry_in_ms: int | None = None) -> bool:
+        """The owner's final word on a claim: sent / dead / unknown, or back to pending with
+        ``next_attempt_at = now + retry_in_ms``. Applies only while the lease holds."""
+
+        def work(conn: Connection) -> bool:
+            self._lock(conn, queue_id)
+            values: dict[str, Any] = {"status": status, "lock_token": None, "locked_until": None,
+                                      "last_failure": last_failure, "updated_at": self._touch(conn)}
+            if message_id is not None:
+                values["message_id"] = message_id
+            if retry_in_ms is not None:
+                values["next_attempt_at"] = db_now_ms() + retry_in_ms
+            return conn.execute(update(reach_queue).where(self._owned(queue_id, token, OWNED_STATUSES))
+                                .values(**values)).rowcount == 1
+
+        return write(self.engine, work)
+
+    # --- crash recovery -------------------------------------------------------------------------
+
+    def expired(self, limit: int = 100) -> list[QueuedMessage]:
+        """Claimed rows whose lease ran out (their owner died or stalled)."""
+        query = (select(reach_queue).where(reach_queue.c.status.in_(OWNED_STATUSES),
+                                           reach_queue.c.locked_until < db_now_ms())
+                 .order_by(reach_queue.c.locked_until).limit(limit))
+        return read(self.engine, lambda conn: [_message(r) for r in conn.execute(query)])
+
+    def recover(self, message: QueuedMessage, status: str, last_failure: str | None,
+                retry_in_ms: int | None = None) -> bool:
+        """Settle an expired claim (same token, still expired) without its owner."""
+
+        def work(conn: Connection) -> bool:
+            values: dict[str, Any] = {"status": status, "lock_token": None, "locked_until": None,
+                                      "last_failure": last_failure, "updated_at": self._touch(conn)}
+            if retry_in_ms is not None:
+                values["next_attempt_at"] = db_now_ms() + retry_in_ms
+            return conn.execute(update(reach_queue).where(
+                reach_queue.c.queue_id == message.entry.queue_id, reach_queue.c.lock_token == message.lock_token,
+                reach_queue.c.status == message.entry.status, reach_queue.c.locked_until < db_now_ms(),
+            ).values(**values)).rowcount == 1
+
+        return write(self.engine, work)
+
+    # --- operator API -----------------------------------------------------------------------------
+
+    def get(self, queue_id: str) -> QueueEntry | None:
+        query = select(reach_queue).where(reach_queue.c.queue_id == queue_id)
+        row = read(self.engine, lambda conn: conn.execute(query).first())
+        return _entry(row) if row is not None else None
+
+    def list(self, status: str, limit: int, offset: int) -> list[QueueEntry]:
+        query = (select(reach_queue).where(reach_queue.c.status == status)
+                 .order_by(reach_queue.c.updated_at, reach_queue.c.queue_id).limit(limit).offset(offset))
+        return read(self.engine, lambda conn: [_entry(r) for r in conn.execute(query)])
+
+    def requeue_dead(self, queue_id: str, expected_updated_at: int) -> bool:
+        """dead -> pending at the current version only; attempts reset, id and policy kept."""
+
+        def work(conn: Connection) -> bool:
+            return conn.execute(update(reach_queue).where(
+                reach_queue.c.queue_id == queue_id, reach_queue.c.status == "dead",
+                reach_queue.c.updated_at == expected_updated_at,
+            ).values(status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None,
+                     updated_at=self._touch(conn))).rowcount == 1
+
+        return write(self.engine, work)
+
+    def resolve_unknown(self, queue_id: str, status: str, message_id: str | None, resolved_by: str | None) -> bool:
+        """unknown -> sent | discarded (an operator's verdict); exactly one concurrent call wins."""
+
+        def work(conn: Connection) -> bool:
+            return conn.execute(update(reach_queue).where(
+                reach_queue.c.queue_id == queue_id, reach_queue.c.status == "unknown",
+            ).values(status=status, message_id=message_id, resolved_by=resolved_by,
+                     updated_at=self._touch(conn))).rowcount == 1
+
+        return write(self.engine, work)
+
+
+@dataclass(frozen=True)
+class StoredTemplate:
+    name: str
+    provider: str
+    subject: str | None
+    body: str
+    updated_at: int
+
+
+class TemplateRepository:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def save(self, name: str, provider: str, subject: str | None, body: str) -> None:
+        """Insert or replace a template."""
+
+        def work(conn: Connection) -> None:
+            now = db_now_ms()
+            conn.execute(insert_ignore(conn, reach_templates, [{
+                "name": name, "provider": provider, "subject": subject, "body": body, "created_at": now,
+                "updated_at": now}]))
+            conn.execute(update(reach_templates).where(reach_templates.c.name == name).values(
+                provider=provider, subject=subject, body=body,
+                updated_at=greatest(conn, db_now_ms(), reach_templates.c.updated_at + 1)))
+
+        write(self.engine, work)
+
+    def get(self, name: str) -> StoredTemplate | None:
+        query = select(reach_templates).where(reach_templates.c.name == name)
+        row = read(self.engine, lambda conn: conn.execute(query).first())
+        return None if row is None else StoredTemplate(row.name, row.provider, row.subject, row.body,
+                                                       to_ms(row.updated_at, "updated_at"))
+
+    def list(self) -> list[StoredTemplate]:
+        query = select(reach_templates).order_by(reach_templates.c.name)
+        return [StoredTemplate(r.name, r.provider, r.subject, r.body, to_ms(r.updated_at, "updated_at"))
+                for r in read(self.engine, lambda conn: conn.execute(query).all())]
+
+    def delete(self, name: str) -> bool:
+        return write(self.engine, lambda conn: conn.execute(
+            delete(reach_templates).where(reach_templates.c.name == name)).rowcount == 1)

@@ -1,0 +1,140 @@
+"""The delivery queue on every database: claims, leases, backoff, dead letters, unknown review."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from sqlalchemy import update
+from sqlalchemy.engine import Engine
+
+from scheduler_core.db.tables import reach_queue
+from scheduler_core.errors import ReachConfigError, ReachError
+from scheduler_core.reach.queue import QueueOperations
+from scheduler_core.store.reach_queue import QueueRepository
+
+POLICY = (3, 1_000, 4_000)
+
+
+def _enqueue(repo: QueueRepository, not_before: int | None = None) -> str:
+    queue_id = str(uuid.uuid4())
+    repo.enqueue(queue_id, "hook", None, "ops@example.com", "Subject", "Body", {"k": 1}, POLICY, not_before)
+    return queue_id
+
+
+@pytest.fixture
+def repo(engine: Engine) -> QueueRepository:
+    return QueueRepository(engine, "node-a", 1_000)
+
+
+def test_claim_counts_the_attempt_and_holds_a_lease(repo: QueueRepository) -> None:
+    queue_id = _enqueue(repo)
+    now = repo.now()
+    message = repo.claim_next(now + 10, "tok-1")
+    assert message is not None and message.entry.queue_id == queue_id
+    assert (message.entry.status, message.entry.attempt_count, message.recipient) == ("processing", 1,
+                                                                                      "ops@example.com")
+    assert repo.claim_next(now + 10, "tok-2") is None  # nobody else gets it
+    assert repo.mark_sending(queue_id, "tok-1") and not repo.mark_sending(queue_id, "tok-x")
+    assert repo.renew(queue_id, "tok-1")
+    assert repo.settle(queue_id, "tok-1", "sent", message_id="m-1")
+    entry = repo.get(queue_id)
+    assert entry is not None and (entry.status, entry.message_id, entry.locked_until) == ("sent", "m-1", None)
+
+
+def test_fixed_eligibility_keeps_a_failed_row_out_of_the_same_round(repo: QueueRepository) -> None:
+    queue_id = _enqueue(repo)
+    eligible_at = repo.now()
+    message = repo.claim_next(eligible_at, "tok")
+    assert message is not None
+    assert repo.settle(queue_id, "tok", "pending", last_failure="transient_failure", retry_in_ms=1_000)
+    assert repo.claim_next(eligible_at, "tok-again") is None  # rescheduled past the round's time
+    entry = repo.get(queue_id)
+    assert entry is not None and entry.next_attempt_at > eligible_at and entry.last_failure == "transient_failure"
+
+
+def test_a_delayed_message_waits_for_its_time(repo: QueueRepository) -> None:
+    _enqueue(repo, not_before=repo.now() + 60_000)
+    assert repo.claim_next(repo.now(), "tok") is None
+
+
+def test_expired_claims_are_found_and_settled_once(repo: QueueRepository) -> None:
+    queue_id = _enqueue(repo)
+    message = repo.claim_next(repo.now(), "tok")
+    assert message is not None and repo.mark_sending(queue_id, "tok")
+    time.sleep(1.1)  # the 1 s lease runs out
+    expired = repo.expired()
+    assert [m.entry.queue_id for m in expired] == [queue_id] and expired[0].entry.status == "sending"
+    assert not repo.settle(queue_id, "tok", "sent")  # the stale owner is refused
+    assert repo.recover(expired[0], "unknown", "transient_failure")
+    assert not repo.recover(expired[0], "unknown", "transient_failure")
+    entry = repo.get(queue_id)
+    assert entry is not None and entry.status == "unknown"
+
+
+def _dead(repo: QueueRepository, engine: Engine) -> str:
+    queue_id = _enqueue(repo)
+    with engine.begin() as conn:
+        conn.execute(update(reach_queue).where(reach_queue.c.queue_id == queue_id).values(
+            status="dead", attempt_count=3, last_failure="attempts_exhausted"))
+    return queue_id
+
+
+def test_requeue_dead_is_a_compare_and_set(repo: QueueRepository, engine: Engine) -> None:
+    ops = QueueOperations(lambda: repo)
+    queue_id = _dead(repo, engine)
+    entry = ops.get(queue_id)
+    assert entry is not None and [e.queue_id for e in ops.list("dead")] == [queue_id]
+    with pytest.raises(ReachError, match="changed"):
+        ops.requeue_dead(queue_id, entry.updated_at - 1)
+    requeued = ops.requeue_dead(queue_id, entry.updated_at)
+    assert (requeued.status, requeued.attempt_count, requeued.queue_id, requeued.max_attempts) == (
+        "pending", 0, queue_id, 3)
+    with pytest.raises(ReachError, match="only dead"):
+        ops.requeue_dead(queue_id, requeued.updated_at)
+
+
+def test_unknown_is_resolved_once_and_never_requeued(repo: QueueRepository, engine: Engine) -> None:
+    ops = QueueOperations(lambda: repo)
+    queue_id = _enqueue(repo)
+    with engine.begin() as conn:
+        conn.execute(update(reach_queue).where(reach_queue.c.queue_id == queue_id).values(status="unknown"))
+    entry = ops.get(queue_id)
+    assert entry is not None
+    with pytest.raises(ReachError, match="only dead"):
+        ops.requeue_dead(queue_id, entry.updated_at)
+    outcomes: list[str] = []
+
+    def resolve() -> None:
+        try:
+            ops.resolve_unknown(queue_id, "sent", message_id="checked-123", resolved_by="alice")
+            outcomes.append("won")
+        except ReachError:
+            outcomes.append("lost")
+
+    racers = [threading.Thread(target=resolve) for _ in range(4)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert sorted(outcomes) == ["lost", "lost", "lost", "won"]
+    final = ops.get(queue_id)
+    assert final is not None and (final.status, final.message_id) == ("sent", "checked-123")
+
+
+def test_operator_input_is_validated(repo: QueueRepository) -> None:
+    ops = QueueOperations(lambda: repo)
+    for call, field in [
+        (lambda: ops.get("not-a-uuid"), "queue_id"),
+        (lambda: ops.list("sent"), "status"),
+        (lambda: ops.list("dead", limit=101), "limit"),
+        (lambda: ops.list("dead", offset=-1), "offset"),
+        (lambda: ops.resolve_unknown(str(uuid.uuid4()), "retry"), "status"),
+        (lambda: ops.requeue_dead(str(uuid.uuid4()), "now"), "expected_updated_at"),  # type: ignore[arg-type]
+    ]:
+        with pytest.raises(ReachConfigError) as info:
+            call()
+        assert info.value.field == field
+    assert ops.get(str(uuid.uuid4())) is None
