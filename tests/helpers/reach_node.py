@@ -1,0 +1,41 @@
+"""A scheduler node with notification rounds attached, in its own OS process.
+
+Usage: reach_node.py URL NODE_ID READY_FILE REACH_CONFIG_JSON
+Prints nothing; appends "ready" to READY_FILE once running; SIGTERM closes it cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+
+from scheduler_core import Scheduler, SchedulerConfig
+from scheduler_core.db import create_engine
+from scheduler_core.reach import Reach
+
+
+def main(url: str, node_id: str, ready_file: str, config_json: str) -> None:
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {node_id} %(name)s %(message)s")
+    engine = create_engine({"url": url, "pool_size": 12})
+    scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, tick_interval_ms=200))
+    scheduler.init()
+    reach = Reach(engine, json.loads(config_json), node_id=node_id)
+    reach.init()
+    reach.attach(scheduler)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    scheduler.start()
+    with open(ready_file, "a") as out:
+        out.write(f"ready {node_id} {os.getpid()}\n")
+    stop.wait(300)
+    scheduler.close()
+    reach.close()
+    engine.dispose()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

@@ -1,0 +1,174 @@
+"""Reach end to end on every database: direct and template sends, DND discard/delay, rounds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from scheduler_core.db import set_test_clock_offset_ms
+from scheduler_core.db.clock import test_clock_offset_ms
+from scheduler_core.errors import (
+    DndBlockedError,
+    InvalidRecipientError,
+    ProviderNotFoundError,
+    ReachConfigError,
+    SendFailedError,
+    TemplateRenderFailedError,
+)
+from scheduler_core.reach import Reach
+from tests.helpers.http_server import RecordingServer
+from tests.helpers.smtp_server import SmtpServer
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+def receiver() -> Iterator[RecordingServer]:
+    server = RecordingServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpServer]:
+    with SmtpServer() as server:
+        yield server
+
+
+@pytest.fixture
+def clock_offset() -> Iterator[None]:
+    before = test_clock_offset_ms()
+    yield
+    set_test_clock_offset_ms(before)
+
+
+def _window_around_now() -> dict[str, Any]:
+    """A DND window (UTC) from one hour ago to one hour ahead."""
+    now = time.gmtime()
+    start = f"{(now.tm_hour - 1) % 24:02d}:{now.tm_min:02d}"
+    end = f"{(now.tm_hour + 1) % 24:02d}:{now.tm_min:02d}"
+    return {"enabled": True, "start": start, "end": end, "timezone": "UTC"}
+
+
+def _config(receiver: RecordingServer, smtp: SmtpServer | None = None, dnd: dict[str, Any] | None = None,
+            idempotent: bool = False, path: str = "/ok") -> dict[str, Any]:
+    providers: list[dict[str, Any]] = [
+        {"name": "hook", "type": "api", "url": receiver.url(path), "idempotent": idempotent},
+        {"name": "log", "type": "console"},
+    ]
+    if smtp is not None:
+        providers.append({"name": "mail", "type": "smtp", "host": "127.0.0.1", "port": smtp.port, "tls": "none",
+                          "from": "robot@example.com"})
+    return {"providers": providers,
+            "templates": [{"name": "otp", "provider": "mail" if smtp else "hook", "subject": "Code {code}",
+                           "body": "Your code is {code}; valid {minutes} minutes."}],
+            "dnd": dnd or {}, "queue": {"retry_delay_ms": 1_000, "max_retry_delay_ms": 4_000, "max_attempts": 3}}
+
+
+def _reach(engine: Engine | None, config: dict[str, Any]) -> Reach:
+    reach = Reach(engine, config, node_id="test-node")
+    reach.init()
+    return reach
+
+
+def test_direct_and_template_sends(engine: Engine, receiver: RecordingServer, smtp: SmtpServer) -> None:
+    reach = _reach(engine, _config(receiver, smtp))
+    result = reach.send({"provider": "log", "to": "ops@example.com", "body": "hello"})
+    assert (result.provider, result.deferred, result.queue_id) == ("log", False, None) and result.message_id
+    mailed = reach.send({"template": "otp", "to": "user@example.com", "vars": {"code": "123456", "minutes": 5}})
+    assert mailed.provider == "mail" and not mailed.deferred
+    [mail] = smtp.messages
+    assert mail.message["Subject"] == "Code 123456"
+    assert "Your code is 123456; valid 5 minutes." in mail.body
+    hooked = reach.send({"template": "otp", "provider": "hook", "to": "user-42", "vars": {"code": "1", "minutes": 1}})
+    assert hooked.provider == "hook" and receiver.requests[-1].json()["body"] == "Your code is 1; valid 1 minutes."
+    with pytest.raises(TemplateRenderFailedError):
+        reach.send({"template": "otp", "to": "user@example.com", "vars": {"code": "1"}})
+    with pytest.raises(ProviderNotFoundError):
+        reach.send({"provider": "fax", "to": "x", "body": "b"})
+    with pytest.raises(InvalidRecipientError):
+        reach.send({"provider": "mail", "to": "not an address", "body": "b"})
+    with pytest.raises(ReachConfigError) as info:
+        reach.send({"provider": "log", "to": "x", "body": "b", "cc": "y"})
+    assert info.value.field == "cc"
+
+
+def test_failed_immediate_delivery_raises(engine: Engine, receiver: RecordingServer) -> None:
+    reach = _reach(engine, _config(receiver, path="/status/503"))
+    with pytest.raises(SendFailedError) as info:
+        reach.send({"provider": "hook", "to": "u", "body": "b"})
+    assert info.value.details["failure_class"] == "transient_failure"
+
+
+def test_dnd_discard(engine: Engine, receiver: RecordingServer) -> None:
+    reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "discard"}))
+    with pytest.raises(DndBlockedError):
+        reach.send({"provider": "hook", "to": "u", "body": "b"})
+    assert receiver.requests == []
+
+
+def test_dnd_delay_needs_the_database(receiver: RecordingServer) -> None:
+    with pytest.raises(ReachConfigError) as info:
+        _reach(None, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}))
+    assert info.value.field == "dnd.strategy"
+
+
+def test_dnd_delay_queues_then_delivers_once_after_the_window(engine: Engine, receiver: RecordingServer,
+                                                              clock_offset: None) -> None:
+    reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}, idempotent=True))
+    result = reach.send({"provider": "hook", "to": "user-7", "body": "held"})
+    assert result.deferred and result.queue_id and result.message_id is None
+    entry = reach.queue.get(result.queue_id)
+    assert entry is not None and entry.status == "pending" and entry.next_attempt_at > reach._now()
+    assert reach.run_round().claimed == 0 and receiver.requests == []  # still inside the window
+    set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # the window is over
+    report = reach.run_round()
+    assert (report.claimed, report.sent) == (1, 1)
+    assert reach.run_round().claimed == 0
+    [request] = receiver.requests
+    assert request.header("Idempotency-Key") == result.queue_id
+    assert request.json()["idempotencyKey"] == result.queue_id and request.json()["body"] == "held"
+    done = reach.queue.get(result.queue_id)
+    assert done is not None and done.status == "sent" and done.message_id
+
+
+def test_queueing_failure_is_an_error_not_a_fake_success(engine: Engine, receiver: RecordingServer) -> None:
+    reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}))
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE reach_queue RENAME TO reach_queue_away"))
+    try:
+        with pytest.raises(SendFailedError, match="could not be queued"):
+            reach.send({"provider": "hook", "to": "u", "body": "b"})
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE reach_queue_away RENAME TO reach_queue"))
+
+
+@pytest.mark.parametrize(("idempotent", "expected"), [(False, ["unknown"]), (True, ["pending", "pending", "dead"])])
+def test_failing_deliveries(engine: Engine, receiver: RecordingServer, clock_offset: None, idempotent: bool,
+                            expected: list[str]) -> None:
+    reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"},
+                                   idempotent=idempotent, path="/status/503"))
+    queue_id = reach.send({"provider": "hook", "to": "u", "body": "b"}).queue_id
+    assert queue_id is not None
+    seen = []
+    for step in range(len(expected)):
+        set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # past the window and any backoff
+        reach.run_round()
+        entry = reach.queue.get(queue_id)
+        assert entry is not None
+        seen.append(entry.status)
+        assert entry.attempt_count == step + 1
+    assert seen == expected
+    final = reach.queue.get(queue_id)
+    assert final is not None
+    assert final.last_failure == ("attempts_exhausted" if idempotent else "transient_failure")
+    assert [e.queue_id for e in reach.queue.list(final.status)] == [queue_id]
+    assert len(receiver.requests) == len(expected)
+    if idempotent:  # every try carried the same key
+        assert {r.header("Idempotency-Key") for r in receiver.requests} == {queue_id}
