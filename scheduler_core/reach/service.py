@@ -66,6 +66,7 @@ class Reach:
         self._round_lock = threading.Lock()
         self._last_round_minute: int | None = None
         self.queue = QueueOperations(self._require_queue)
+        self.templates = TemplateOperations(self)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -155,6 +156,10 @@ class Reach:
         provider.validate_recipient(to)
         return provider, RenderedMessage(to, subject, str(body), dict(extra)), template_name
 
+    def find_template(self, name: Any) -> TemplateConfig:
+        """A template by name: configuration first, then the database."""
+        return self._template(name)
+
     def _template(self, name: Any) -> TemplateConfig:
         config = self._require_config()
         for template in config.templates:
@@ -232,8 +237,49 @@ class Reach:
             raise ReachNotInitializedError("reach is not initialised; call init() first")
         return self._config
 
+    def _require_engine(self) -> Engine:
+        self._require_config()
+        if self._engine is None:
+            raise ReachNotInitializedError("reach has no database: stored templates need one")
+        return self._engine
+
+    def provider_names(self) -> list[str]:
+        return sorted(self._providers)
+
     def _require_queue(self) -> QueueRepository:
         self._require_config()
         if self._queue_repo is None:
             raise ReachNotInitializedError("reach has no database: there is no queue")
         return self._queue_repo
+
+
+class TemplateOperations:
+    """``reach.templates``: stored templates (CRUD) and previews of any template."""
+
+    def __init__(self, reach: Reach) -> None:
+        self._reach = reach
+
+    def save(self, name: str, provider: str, body: str, subject: str | None = None) -> TemplateConfig:
+        template = TemplateConfig(name=name, provider=provider, body=body, subject=subject)  # validates
+        if provider not in self._reach.provider_names():
+            raise ReachConfigError("provider", f"names no configured provider ({provider!r})")
+        TemplateRepository(self._reach._require_engine()).save(name, provider, subject, body)
+        return template
+
+    def get(self, name: str) -> TemplateConfig:
+        return self._reach.find_template(name)
+
+    def list(self) -> list[TemplateConfig]:
+        stored = TemplateRepository(self._reach._require_engine()).list()
+        return [TemplateConfig(t.name, t.provider, t.body, t.subject) for t in stored]
+
+    def delete(self, name: str) -> None:
+        if not TemplateRepository(self._reach._require_engine()).delete(name):
+            raise TemplateNotFoundError(f"template {name!r} not found")
+
+    def preview(self, name: str, values: Mapping[str, Any]) -> tuple[str | None, str]:
+        """Render without sending; TEMPLATE_RENDER_FAILED names every missing variable."""
+        template = self._reach.find_template(name)
+        checked = check_vars(values)
+        subject = render(template.subject, checked, f"template {name} subject") if template.subject else None
+        return subject, render(template.body, checked, f"template {name} body")

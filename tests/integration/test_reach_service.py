@@ -172,3 +172,23 @@ def test_failing_deliveries(engine: Engine, receiver: RecordingServer, clock_off
     assert len(receiver.requests) == len(expected)
     if idempotent:  # every try carried the same key
         assert {r.header("Idempotency-Key") for r in receiver.requests} == {queue_id}
+
+
+def test_stored_templates_crud_and_preview(engine: Engine, receiver: RecordingServer) -> None:
+    from scheduler_core.errors import TemplateNotFoundError
+
+    reach = _reach(engine, _config(receiver))
+    reach.templates.save("welcome", "hook", "Hello {name}", subject="Hi {name}")
+    assert reach.templates.preview("welcome", {"name": "Ada"}) == ("Hi Ada", "Hello Ada")
+    with pytest.raises(TemplateRenderFailedError):
+        reach.templates.preview("welcome", {})
+    reach.send({"template": "welcome", "to": "user-1", "vars": {"name": "Ada"}})
+    assert receiver.requests[-1].json()["body"] == "Hello Ada"
+    reach.templates.save("welcome", "hook", "Hello again {name}")
+    assert [t.body for t in reach.templates.list()] == ["Hello again {name}"]
+    with pytest.raises(ReachConfigError) as info:
+        reach.templates.save("other", "fax", "x")
+    assert info.value.field == "provider"
+    reach.templates.delete("welcome")
+    with pytest.raises(TemplateNotFoundError):
+        reach.templates.get("welcome")
