@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 
-class SchedulerError(Exception):
-    """Root of every error raised by scheduler_core."""
+class _CodedError(Exception):
+    """An error with a stable ``code``, a message for people, and structured details."""
 
-    code = "hai:scheduler:023"
-    name = "EXECUTION_FAILED"
+    code = ""
+    name = ""
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -26,6 +26,13 @@ class SchedulerError(Exception):
 
     def __str__(self) -> str:
         return f"{self.code} {self.message}"
+
+
+class SchedulerError(_CodedError):
+    """Root of every error raised by scheduler_core (the notification module has ReachError)."""
+
+    code = "hai:scheduler:023"
+    name = "EXECUTION_FAILED"
 
 
 class NotInitializedError(SchedulerError):
@@ -153,19 +160,11 @@ class SchedulerTaskSkippedError(SchedulerError):
 # --- notifications (reach) --------------------------------------------------------------
 
 
-class ReachError(Exception):
+class ReachError(_CodedError):
     """Root of every error raised by scheduler_core.reach (``hai:reach:0NN``)."""
 
     code = "hai:reach:001"
     name = "SEND_FAILED"
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
-
-    def __str__(self) -> str:
-        return f"{self.code} {self.message}"
 
 
 class SendFailedError(ReachError):

@@ -65,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -252,7 +253,7 @@ def _uncertain(request: ExecutionRequest) -> OutcomeStatus:
 # --- the executors -------------------------------------------------------------------------
 
 
-class _CodeExecutor:
+class _CodeExecutor(ABC):
     """One implementation for both languages; subclasses say how to check and start the code."""
 
     kind = ""
@@ -289,12 +290,13 @@ class _CodeExecutor:
                 f"cancelled: {request.signal.reason} (process killed)", finished))
         return _from_document(finished)
 
+    @abstractmethod
     def _check_code(self, code: str) -> None:
-        raise NotImplementedError
+        """Refuse code that cannot run (syntax, no run function) without running it."""
 
+    @abstractmethod
     def _command(self) -> list[str]:
         """The child's command line; the result fd number is appended as its last argument."""
-        raise NotImplementedError
 
 
 class PythonCodeExecutor(_CodeExecutor):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
@@ -14,6 +13,7 @@ from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import ReachConfigError, ReachError
 from scheduler_core.reach.queue import QueueOperations
 from scheduler_core.store.reach_queue import QueueRepository
+from tests.helpers.race import race
 
 POLICY = (3, 1_000, 4_000)
 
@@ -105,21 +105,9 @@ def test_unknown_is_resolved_once_and_never_requeued(repo: QueueRepository, engi
     assert entry is not None
     with pytest.raises(ReachError, match="only dead"):
         ops.requeue_dead(queue_id, entry.updated_at)
-    outcomes: list[str] = []
-
-    def resolve() -> None:
-        try:
-            ops.resolve_unknown(queue_id, "sent", message_id="checked-123", resolved_by="alice")
-            outcomes.append("won")
-        except ReachError:
-            outcomes.append("lost")
-
-    racers = [threading.Thread(target=resolve) for _ in range(4)]
-    for racer in racers:
-        racer.start()
-    for racer in racers:
-        racer.join()
-    assert sorted(outcomes) == ["lost", "lost", "lost", "won"]
+    outcomes = race(lambda: ops.resolve_unknown(queue_id, "sent", message_id="checked-123", resolved_by="alice"),
+                    ReachError)
+    assert outcomes == ["lost", "lost", "lost", "won"]
     final = ops.get(queue_id)
     assert final is not None and (final.status, final.message_id) == ("sent", "checked-123")
 

@@ -22,6 +22,7 @@ from scheduler_core.errors import (
     TaskAlreadyExistsError,
     TaskNotFoundError,
 )
+from tests.helpers.race import race
 
 MakeScheduler = Callable[..., Scheduler]
 
@@ -307,21 +308,9 @@ def test_resolve_unknown_is_a_compare_and_set(make_node: MakeScheduler, engine: 
         scheduler.execution.resolve_unknown(occurrence, "failed", unknown.updated_at)
     with pytest.raises(ConflictError):
         scheduler.execution.resolve_unknown(occurrence, "discarded", unknown.updated_at - 1)
-    outcomes: list[str] = []
-
-    def resolve() -> None:
-        try:
-            scheduler.execution.resolve_unknown(occurrence, "discarded", unknown.updated_at, "alice", "checked")
-            outcomes.append("won")
-        except ConflictError:
-            outcomes.append("lost")
-
-    racers = [threading.Thread(target=resolve) for _ in range(4)]
-    for racer in racers:
-        racer.start()
-    for racer in racers:
-        racer.join()
-    assert sorted(outcomes) == ["lost", "lost", "lost", "won"]
+    outcomes = race(lambda: scheduler.execution.resolve_unknown(occurrence, "discarded", unknown.updated_at, "alice",
+                                                                "checked"), ConflictError)
+    assert outcomes == ["lost", "lost", "lost", "won"]
     resolved = scheduler.execution.get(occurrence)
     assert (resolved.status, resolved.resolved_by, resolved.resolution_reason) == ("discarded", "alice", "checked")
     assert scheduler.trigger("report").status == "success"  # slot released
