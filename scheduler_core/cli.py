@@ -1,8 +1,9 @@
 """The ``hai-scheduler`` command line.
 
-Commands:
+Commands (the dashboard adds ``serve`` and ``create-user``: see webapp/cli.py):
   hai-scheduler db upgrade   apply schema migrations (safe twice, safe from two processes)
   hai-scheduler db status    database health, clock and migration state
+  hai-scheduler node         run a scheduler node without the web
 
 Configuration comes from ``HAI_DATABASE_URL`` (default ``sqlite:///scheduler.db`` in the
 working directory) and ``HAI_DATABASE_*``; ``--database-url`` overrides the URL.
@@ -14,9 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -42,6 +46,17 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hai-scheduler", description="hai-scheduler: distributed cron scheduler")
     parser.add_argument("--version", action="version", version=f"hai-scheduler {__version__}")
     commands = parser.add_subparsers(title="commands")
+    add_core_commands(commands)
+    return parser
+
+
+def add_core_commands(commands: Any) -> None:
+    """The commands that need no web server: ``db upgrade``, ``db status``, ``node``."""
+    node = commands.add_parser("node", help="run a scheduler node without the web dashboard (until SIGTERM)")
+    node.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
+    node.add_argument("--node-id", help="defaults to host-pid-random")
+    node.add_argument("--max-concurrency", type=int, default=6)
+    node.set_defaults(handler=_node)
     db = commands.add_parser("db", help="database schema and health")
     db_commands = db.add_subparsers(title="db commands")
     for name, handler, text in (
@@ -51,7 +66,6 @@ def _parser() -> argparse.ArgumentParser:
         sub = db_commands.add_parser(name, help=text)
         sub.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
         sub.set_defaults(handler=handler)
-    return parser
 
 
 def _engine(args: argparse.Namespace) -> tuple[Engine, DatabaseConfig]:
@@ -88,6 +102,29 @@ def _db_status(args: argparse.Namespace) -> int:
     }
     print(json.dumps(report, indent=2))
     return 0 if state.up_to_date else 3
+
+
+def _node(args: argparse.Namespace) -> int:
+    from scheduler_core.config import SchedulerConfig
+    from scheduler_core.runtime import Scheduler
+
+    engine, _ = _engine(args)
+    settings: dict[str, Any] = {"max_concurrency": args.max_concurrency}
+    if args.node_id:
+        settings["node_id"] = args.node_id
+    scheduler = Scheduler(engine, SchedulerConfig(**settings))
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        scheduler.init()
+        scheduler.start()
+        print(f"node {scheduler.config.node_id} running; SIGTERM or Ctrl-C stops it", flush=True)
+        stop.wait()
+    finally:
+        scheduler.close()
+        close_engine(engine)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

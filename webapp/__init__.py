@@ -1,4 +1,4 @@
-"""The operator dashboard (Flask). It calls scheduler_core only; it holds no SQL of its own."""
+"""The operator dashboard (Flask + HTMX). It calls scheduler_core only; it holds no SQL of its own."""
 
 from webapp.app import create_app
 

@@ -1,39 +1,91 @@
 """Flask application factory.
 
-For now the app answers ``/healthz`` (no login: load balancers and probes call it); the
-dashboard's pages, login and the scheduler node per worker come with the dashboard work.
+Configuration comes from ``HAI_``-prefixed environment variables (``HAI_DATABASE_URL``,
+``HAI_SECRET_KEY``, ``HAI_ADMIN_PASSWORD``, ``HAI_ENV``), an optional JSON file named by
+``HAI_CONFIG_FILE``, and ``test_config``. Flask-SQLAlchemy owns the engine; scheduler_core
+gets it and does all the SQL. Every page needs a login except ``/healthz``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from flask import Flask, jsonify
-from flask.typing import ResponseReturnValue
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
+from flask_wtf.csrf import CSRFProtect
+from sqlalchemy.engine import Engine
 
-from scheduler_core.db import DatabaseConfig, create_engine, health_check, migration_state
-from scheduler_core.errors import SchedulerError
+from scheduler_core.db import DatabaseConfig, engine_options, health_check, prepare_engine, upgrade
+from scheduler_core.db.config import is_production
+from webapp import auth, errors, health, overview
+from webapp.secrets import bootstrap_admin, secret_key
+
+db = SQLAlchemy()
+csrf = CSRFProtect()
+
+
+def _asset_dir(name: str) -> Path:
+    """``templates`` / ``static``: inside the package when installed from a wheel, else the
+    project's top-level folder (a source checkout or an editable install)."""
+    packaged = Path(__file__).with_name(name)
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / name
+
+
+def _database_config(app: Flask) -> DatabaseConfig:
+    environ = dict(os.environ)
+    if app.config.get("DATABASE_URL"):
+        environ["HAI_DATABASE_URL"] = str(app.config["DATABASE_URL"])
+    if app.config.get("ENV_NAME"):
+        environ["HAI_ENV"] = str(app.config["ENV_NAME"])
+    return DatabaseConfig.from_env(environ)
 
 
 def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
-    app = Flask(__name__)
+    app = Flask(__name__, template_folder=str(_asset_dir("templates")), static_folder=str(_asset_dir("static")))
     app.config.from_prefixed_env("HAI")
+    if os.environ.get("HAI_CONFIG_FILE"):
+        app.config.from_file(os.environ["HAI_CONFIG_FILE"], load=json.load)
     if test_config is not None:
         app.config.update(test_config)
-    url = app.config.get("DATABASE_URL")
-    config = DatabaseConfig.from_env({"HAI_DATABASE_URL": url} if url else None)
-    engine = create_engine(config)
+    config = _database_config(app)
+    app.config["SQLALCHEMY_DATABASE_URI"] = config.sqlalchemy_url().render_as_string(hide_password=False)
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = engine_options(config)
+    app.config.setdefault("SECRET_KEY", None)
+    app.config["SECRET_KEY"] = app.config["SECRET_KEY"] or secret_key(config)
+    # Secure cookies whenever the dashboard is served over HTTPS: in production always (behind
+    # a TLS-terminating proxy), elsewhere when HAI_COOKIE_SECURE=true.
+    secure = bool(app.config.get("COOKIE_SECURE", is_production()))
+    app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax", SESSION_COOKIE_SECURE=secure,
+                      WTF_CSRF_TIME_LIMIT=8 * 3600, PERMANENT_SESSION_LIFETIME=12 * 3600)
+    db.init_app(app)
+    csrf.init_app(app)
+    with app.app_context():
+        engine = prepare_engine(db.engine, busy_timeout_ms=config.busy_timeout_ms)
+        health_check(engine)
+        upgrade(engine)  # under a database-wide lock: safe from every gunicorn worker at once
     app.extensions["hai_engine"] = engine
-
-    @app.get("/healthz")
-    def healthz() -> ResponseReturnValue:
-        try:
-            now_ms = health_check(engine)
-            state = migration_state(engine)
-        except SchedulerError as exc:
-            return jsonify(status="unavailable", error=exc.code), 503
-        status = "ok" if state.up_to_date else "migrations_pending"
-        return jsonify(status=status, database_clock_ms=now_ms, schema=state.current), 200 if state.up_to_date else 503
-
+    app.extensions["hai_database"] = config
+    bootstrap_admin(engine, app.config.get("ADMIN_PASSWORD"))
+    for module in (health, auth, overview):
+        app.register_blueprint(module.bp)
+    errors.install(app)
+    auth.install(app)
+    app.add_template_filter(_iso, "iso")
     return app
+
+
+def _iso(ms: int | None) -> str:
+    """Unix ms as an ISO-8601 UTC timestamp (the browser shows it in the viewer's zone)."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def engine_of(app: Flask) -> Engine:
+    engine: Engine = app.extensions["hai_engine"]
+    return engine

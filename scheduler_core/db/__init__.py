@@ -7,6 +7,7 @@ from scheduler_core.db.engine import (
     create_engine,
     database_config,
     dialect_kind,
+    engine_options,
     health_check,
     prepare_engine,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "database_config",
     "db_now_ms",
     "dialect_kind",
+    "engine_options",
     "health_check",
     "migration_state",
     "optional_ms",

@@ -51,7 +51,7 @@ def create_engine(
     """
     config = parse_database_config(database)
     check_production_guard(config, environ)
-    engine = sa.create_engine(config.sqlalchemy_url(), echo=echo, **_engine_options(config))
+    engine = sa.create_engine(config.sqlalchemy_url(), echo=echo, **engine_options(config))
     prepare_engine(engine, busy_timeout_ms=config.busy_timeout_ms)
     try:
         health_check(engine)
@@ -113,7 +113,8 @@ def dialect_kind(bind: Engine | Connection) -> DialectKind:
 # --- per-dialect set-up ----------------------------------------------------------
 
 
-def _engine_options(config: DatabaseConfig) -> dict[str, Any]:
+def engine_options(config: DatabaseConfig) -> dict[str, Any]:
+    """Keyword arguments for ``sqlalchemy.create_engine`` (also for Flask-SQLAlchemy)."""
     options: dict[str, Any] = {
         "pool_size": config.pool_size,
         "max_overflow": 0,

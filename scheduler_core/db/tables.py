@@ -223,3 +223,36 @@ reach_queue = Table(
     Index(None, "status", "updated_at"),  # dead / unknown lists
     **MYSQL_TABLE_OPTIONS,
 )
+
+# --- dashboard ----------------------------------------------------------------------------
+
+users = Table(
+    "users",
+    metadata,
+    Column("username", String(64), primary_key=True),
+    Column("password_hash", String(255), nullable=False),  # werkzeug scrypt/pbkdf2 hash, never the password
+    Column("role", String(16), nullable=False),  # viewer | operator | admin
+    Column("disabled", Boolean, nullable=False),
+    _ms("created_at"),
+    _ms("updated_at"),
+    _ms("last_login_at", nullable=True),
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# Every operator action: who, when, what, before / after, why.
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    _ms("at"),
+    Column("actor", String(64), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(255), nullable=True),
+    Column("before", Json, nullable=True),
+    Column("after", Json, nullable=True),
+    Column("reason", Text, nullable=True),
+    Index(None, "at", "id"),
+    Index(None, "actor", "at"),
+    Index(None, "action", "at"),
+    **MYSQL_TABLE_OPTIONS,
+)

@@ -1,0 +1,145 @@
+/*
+ * hai-scheduler dashboard behaviour. Loaded with `defer` after htmx.min.js.
+ *
+ * The Content-Security-Policy allows no inline script, no eval and no inline
+ * style, so every behaviour lives here as a delegated listener on `document`:
+ *   (a) CSRF token on every htmx request (header X-CSRFToken, read by Flask-WTF);
+ *   (b) reload the page when the token has expired (never leave a dead button);
+ *       other htmx errors are shown as a flash message instead of nothing;
+ *   (c) <time datetime="...UTC..."> shown in the viewer's local time;
+ *   (d) confirmation for elements carrying data-confirm="message".
+ * The pages work without this file: plain forms carry a hidden csrf_token and
+ * <time> elements already show the UTC value rendered by the server.
+ */
+(function () {
+  "use strict";
+
+  /* ---- (a) CSRF header ------------------------------------------------ */
+
+  // Read the token at request time: a boosted navigation may bring a new one.
+  function csrfToken() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.getAttribute("content") : "";
+  }
+
+  document.addEventListener("htmx:configRequest", function (evt) {
+    var token = csrfToken();
+    // htmx only sends to our own origin (selfRequestsOnly), so the token never leaks.
+    if (token) evt.detail.headers["X-CSRFToken"] = token;
+  });
+
+  /* ---- (b) expired token -> reload; other errors -> flash --------------- */
+
+  var CSRF_EXPIRED = /CSRF (session )?token (has )?expired|CSRF token is expired/i;
+  var reloading = false;
+
+  function needsReload(xhr) {
+    if (!xhr || xhr.status !== 400) return false;
+    if (xhr.getResponseHeader("HX-Refresh") === "true") return true;
+    var text = "";
+    try { text = xhr.responseText || ""; } catch (e) { /* non-text response */ }
+    return CSRF_EXPIRED.test(text);
+  }
+
+  // afterRequest fires for every completed request, swapped or not.
+  document.addEventListener("htmx:afterRequest", function (evt) {
+    if (!reloading && needsReload(evt.detail.xhr)) {
+      reloading = true; // htmx itself also reloads on HX-Refresh; once is enough
+      window.location.reload();
+    }
+  });
+
+  // htmx does not swap 4xx/5xx responses by default, so without this a failed
+  // click would look like nothing happened. Show a short message instead.
+  function flash(text, category) {
+    var box = document.getElementById("flashes");
+    if (!box) return;
+    // Keep only the latest client-side message; server flashes stay.
+    Array.prototype.forEach.call(box.querySelectorAll("[data-client-flash]"), function (old) { old.remove(); });
+    var div = document.createElement("div");
+    div.setAttribute("data-client-flash", "");
+    div.className = "flash flash-" + (category || "error");
+    div.setAttribute("role", "alert");
+    div.textContent = text; // textContent: the message is never parsed as HTML
+    box.appendChild(div);
+  }
+
+  // Prefer the server's own words: errors.html marks them with data-error-message.
+  function serverMessage(xhr) {
+    try {
+      var doc = new DOMParser().parseFromString(xhr.responseText || "", "text/html");
+      var el = doc.querySelector("[data-error-message]");
+      return el ? el.textContent.trim() : "";
+    } catch (e) {
+      return "";
+    }
+  }
+
+  document.addEventListener("htmx:responseError", function (evt) {
+    var xhr = evt.detail.xhr;
+    if (reloading || needsReload(xhr)) return;
+    var detail = serverMessage(xhr);
+    flash(detail ? detail + " (" + xhr.status + ")" : "Request failed (" + xhr.status + " " + xhr.statusText + ").");
+  });
+
+  document.addEventListener("htmx:sendError", function () {
+    flash("The server could not be reached. Check the connection and try again.");
+  });
+
+  /* ---- (c) local times --------------------------------------------------- */
+
+  function parseUtc(value) {
+    if (!value || !/\d[T ]\d/.test(value)) return null; // date-only: leave as is
+    var iso = value.trim().replace(" ", "T");
+    // A date-time without an offset would be read as local time: it is UTC here.
+    if (!/(Z|[+-]\d\d:?\d\d)$/i.test(iso)) iso += "Z";
+    var date = new Date(iso);
+    return isNaN(date.getTime()) ? null : date;
+  }
+
+  function localizeTimes(root) {
+    var scope = root && root.querySelectorAll ? root : document;
+    var nodes = scope.querySelectorAll("time[datetime]");
+    // querySelectorAll skips the root itself.
+    if (scope.matches && scope.matches("time[datetime]")) nodes = [scope].concat(Array.prototype.slice.call(nodes));
+    Array.prototype.forEach.call(nodes, function (el) {
+      var date = parseUtc(el.getAttribute("datetime"));
+      if (!date) return;
+      // Idempotent: always derived from the datetime attribute, never from the text.
+      el.textContent = date.toLocaleString();
+      el.title = date.toISOString().slice(0, 19).replace("T", " ") + " UTC"; // 2025-01-31 23:05:00 UTC
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { localizeTimes(document); });
+  // htmx:load fires on each piece of new content (and the body on start-up).
+  document.addEventListener("htmx:load", function (evt) { localizeTimes(evt.detail && evt.detail.elt); });
+  document.addEventListener("htmx:afterSwap", function (evt) { localizeTimes(evt.detail && evt.detail.target); });
+
+  /* ---- (d) confirmation ---------------------------------------------------- */
+
+  // The message sits on the requesting element (form, button, link) or on the
+  // submit button that was pressed.
+  function confirmMessage(elt, triggeringEvent) {
+    var submitter = triggeringEvent && triggeringEvent.submitter;
+    if (submitter && submitter.hasAttribute("data-confirm")) return submitter.getAttribute("data-confirm");
+    return elt && elt.getAttribute ? elt.getAttribute("data-confirm") : null;
+  }
+
+  // htmx-driven elements: hold the request, ask, then let htmx send it.
+  document.addEventListener("htmx:confirm", function (evt) {
+    var message = confirmMessage(evt.detail.elt, evt.detail.triggeringEvent);
+    if (!message) return;
+    evt.preventDefault();
+    if (window.confirm(message)) evt.detail.issueRequest(true);
+  });
+
+  // Plain forms. htmx's own submit handler sits on the form and runs before this
+  // document listener; it cancels the native submit, so such forms are skipped
+  // here (htmx:confirm above asks for them).
+  document.addEventListener("submit", function (evt) {
+    if (evt.defaultPrevented) return;
+    var message = confirmMessage(evt.target, evt);
+    if (message && !window.confirm(message)) evt.preventDefault();
+  });
+})();

@@ -1,0 +1,57 @@
+"""Dashboard fixtures in the flaskr style: ``app``, ``client``, ``auth``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from scheduler_core.db import close_engine
+from webapp import create_app
+
+ADMIN_PASSWORD = "correct horse battery"
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Flask]:
+    monkeypatch.delenv("HAI_SECRET_KEY", raising=False)
+    application = create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/dash.db", "ADMIN_PASSWORD": ADMIN_PASSWORD,
+                              "TESTING": True})
+    yield application
+    close_engine(application.extensions["hai_engine"])
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def csrf_token(client: FlaskClient, path: str = "/login") -> str:
+    page = client.get(path).get_data(as_text=True)
+    match = re.search(r'name="csrf-token" content="([^"]+)"', page) or re.search(
+        r'name="csrf_token"[^>]*value="([^"]+)"', page)
+    assert match, "no CSRF token on the page"
+    return match.group(1)
+
+
+class Auth:
+    def __init__(self, client: FlaskClient) -> None:
+        self.client = client
+
+    def login(self, name: str = "admin", password: str = ADMIN_PASSWORD, **extra: Any) -> Any:
+        token = csrf_token(self.client)
+        return self.client.post("/login", data={"username": name, "password": password, "csrf_token": token,
+                                                **extra})
+
+    def logout(self) -> Any:
+        return self.client.post("/logout", data={"csrf_token": csrf_token(self.client, "/")})
+
+
+@pytest.fixture
+def auth(client: FlaskClient) -> Auth:
+    return Auth(client)

@@ -1,0 +1,74 @@
+"""Login, roles, CSRF, security headers: no page without login except /healthz."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from flask import Flask
+from flask.testing import FlaskClient
+from werkzeug.security import generate_password_hash
+
+from scheduler_core.store.users import UserRepository
+from tests.webapp.conftest import Auth
+
+
+def test_healthz_answers_without_login(client: FlaskClient) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json["status"] == "ok"
+
+
+def test_pages_need_a_login(client: FlaskClient) -> None:
+    response = client.get("/")
+    assert response.status_code == 302 and response.headers["Location"].startswith("/login?next=/")
+    fragment = client.get("/", headers={"HX-Request": "true"})
+    assert fragment.status_code == 401 and fragment.headers["HX-Redirect"] == "/login"
+
+
+def test_login_logout_and_security_headers(client: FlaskClient, auth: Auth) -> None:
+    response = auth.login()
+    assert response.status_code == 302 and response.headers["Location"] == "/"
+    page = client.get("/")
+    assert page.status_code == 200 and "Overview" in page.get_data(as_text=True)
+    csp = page.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert page.headers["X-Frame-Options"] == "DENY" and page.headers["X-Content-Type-Options"] == "nosniff"
+    assert "HX-Request" in page.headers["Vary"]
+    cookie = client.get_cookie("session")
+    assert cookie is not None and cookie.http_only and cookie.same_site == "Lax"
+    assert auth.logout().status_code == 302
+    assert client.get("/").status_code == 302
+
+
+def test_wrong_password_then_throttle(client: FlaskClient, auth: Auth) -> None:
+    for _ in range(5):
+        response = auth.login(password="wrong password")
+        assert response.status_code == 401 and "wrong password" in response.get_data(as_text=True)
+    assert auth.login().status_code == 429  # even the right password waits now
+
+
+def test_post_without_csrf_token_is_refused(client: FlaskClient, auth: Auth) -> None:
+    assert auth.login().status_code == 302
+    refused = client.post("/logout")
+    assert refused.status_code == 400
+    htmx = client.post("/logout", headers={"HX-Request": "true"})
+    assert htmx.status_code == 400 and htmx.headers["HX-Refresh"] == "true"
+    assert client.get("/").status_code == 200  # still logged in
+
+
+def test_no_open_redirect_after_login(client: FlaskClient, auth: Auth) -> None:
+    response = auth.login(next="//evil.example/steal")
+    assert response.headers["Location"] == "/"
+
+
+def test_disabled_or_unknown_users_cannot_log_in(app: Flask, auth: Auth) -> None:
+    UserRepository(app.extensions["hai_engine"]).create("viewer1", "viewer", generate_password_hash("pw-viewer-1"))
+    assert auth.login("viewer1", "pw-viewer-1").status_code == 302
+    assert auth.login("nobody", "whatever1").status_code == 401
+
+
+def test_secret_key_is_generated_once_beside_the_database(app: Flask, tmp_path: Path) -> None:
+    key_file = tmp_path / "dash.db.secret-key"
+    assert key_file.exists() and stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
+    assert app.config["SECRET_KEY"] == key_file.read_text().strip()

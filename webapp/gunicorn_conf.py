@@ -1,0 +1,33 @@
+"""gunicorn configuration for ``hai-scheduler serve``: one scheduler node per worker.
+
+The node starts in ``post_worker_init`` -- after the fork, because threads (the tick loop, the
+lease keeper, the handler pool) do not survive a fork -- and is closed in ``worker_exit`` so
+its running attempts are handed over cleanly (DESIGN §5 Lifecycle).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+bind = os.environ.get("HAI_BIND", "127.0.0.1:8000")
+workers = int(os.environ.get("HAI_WORKERS", "2"))
+threads = int(os.environ.get("HAI_THREADS", "4"))
+worker_class = "gthread"
+timeout = 60
+graceful_timeout = 30
+accesslog = "-"
+
+
+def post_worker_init(worker: Any) -> None:
+    from webapp.node import start_node
+
+    start_node(worker.wsgi)
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    from webapp.node import stop_node
+
+    app = getattr(worker, "wsgi", None)
+    if app is not None:
+        stop_node(app)

@@ -1,0 +1,5 @@
+"""The WSGI entry point gunicorn serves (``webapp.wsgi:app``)."""
+
+from webapp.app import create_app
+
+app = create_app()
