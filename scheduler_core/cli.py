@@ -30,7 +30,21 @@ from scheduler_core.errors import SchedulerError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    parser, _ = build_parser()
+    return dispatch(parser, argv)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, Any]:
+    """The ``hai-scheduler`` parser with the core commands; returns it and its subparsers."""
+    parser = argparse.ArgumentParser(prog="hai-scheduler", description="hai-scheduler: distributed cron scheduler")
+    parser.add_argument("--version", action="version", version=f"hai-scheduler {__version__}")
+    commands = parser.add_subparsers(title="commands")
+    add_core_commands(commands)
+    return parser, commands
+
+
+def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Run the chosen command; errors print their stable code and exit 1."""
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
         parser.print_help()
@@ -40,14 +54,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SchedulerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hai-scheduler", description="hai-scheduler: distributed cron scheduler")
-    parser.add_argument("--version", action="version", version=f"hai-scheduler {__version__}")
-    commands = parser.add_subparsers(title="commands")
-    add_core_commands(commands)
-    return parser
 
 
 def add_core_commands(commands: Any) -> None:

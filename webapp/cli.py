@@ -16,18 +16,13 @@ from pathlib import Path
 
 from werkzeug.security import generate_password_hash
 
-from scheduler_core import __version__
-from scheduler_core.cli import add_core_commands
+from scheduler_core.cli import build_parser, dispatch
 from scheduler_core.db import DatabaseConfig, close_engine, create_engine, upgrade
-from scheduler_core.errors import SchedulerError
 from scheduler_core.store.users import ROLES, UserRepository
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hai-scheduler", description="hai-scheduler: distributed cron scheduler")
-    parser.add_argument("--version", action="version", version=f"hai-scheduler {__version__}")
-    commands = parser.add_subparsers(title="commands")
-    add_core_commands(commands)
+    parser, commands = build_parser()
     serve = commands.add_parser("serve", help="serve the dashboard (gunicorn; one scheduler node per worker)")
     serve.add_argument("--bind", default=os.environ.get("HAI_BIND", "127.0.0.1:8000"), help="HOST:PORT")
     serve.add_argument("--workers", type=int, default=int(os.environ.get("HAI_WORKERS", "2")))
@@ -37,15 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     user.add_argument("--role", choices=ROLES, required=True)
     user.add_argument("--reset", action="store_true", help="set a new password for an existing user")
     user.set_defaults(handler=_create_user)
-    args = parser.parse_args(argv)
-    if not hasattr(args, "handler"):
-        parser.print_help()
-        return 2
-    try:
-        return int(args.handler(args))
-    except SchedulerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return dispatch(parser, argv)
 
 
 def _serve(args: argparse.Namespace) -> int:
