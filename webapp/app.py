@@ -22,7 +22,8 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.db import DatabaseConfig, engine_options, health_check, prepare_engine, upgrade
 from scheduler_core.db.config import is_production
-from webapp import auth, errors, health, overview
+from webapp import auth, errors, executions, health, overview
+from webapp.node import make_scheduler
 from webapp.secrets import bootstrap_admin, secret_key
 
 db = SQLAlchemy()
@@ -71,7 +72,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_engine"] = engine
     app.extensions["hai_database"] = config
     bootstrap_admin(engine, app.config.get("ADMIN_PASSWORD"))
-    for module in (health, auth, overview):
+    app.extensions["hai_scheduler"] = make_scheduler(engine)
+    for module in (health, auth, overview, executions):
         app.register_blueprint(module.bp)
     errors.install(app)
     auth.install(app)

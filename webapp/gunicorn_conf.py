@@ -17,6 +17,7 @@ worker_class = "gthread"
 timeout = 60
 graceful_timeout = 30
 accesslog = "-"
+preload_app = False  # each worker builds its app (and scheduler threads) after the fork
 
 
 def post_worker_init(worker: Any) -> None:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from scheduler_core.runtime.scheduler import Scheduler
 
 RESOLUTIONS = ("success", "discarded")
+EXECUTION_STATUSES = ("running", "success", "failed", "interrupted", "unknown", "discarded", "skipped")
 
 
 def check_page(limit: Any, offset: Any) -> None:
@@ -48,6 +49,14 @@ class ExecutionOperations:
         if execution is None:
             raise ExecutionNotFoundError(f"execution {occurrence_id!r} not found", occurrence_id=occurrence_id)
         return execution
+
+    def recent(self, status: str | None = None, task_id: str | None = None, limit: int = 50,
+             offset: int = 0) -> list[Execution]:
+        """Journal rows, newest first, filtered by status and/or task."""
+        check_page(limit, offset)
+        if status is not None and status not in EXECUTION_STATUSES:
+            raise ConfigError("status", f"must be one of {', '.join(EXECUTION_STATUSES)} (got {status!r})")
+        return self._scheduler.context().executions.recent(status, task_id, limit, offset)
 
     def list_unknown(self, limit: int = 50, offset: int = 0) -> list[Execution]:
         check_page(limit, offset)

@@ -23,6 +23,7 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Flask]:
     application = create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/dash.db", "ADMIN_PASSWORD": ADMIN_PASSWORD,
                               "TESTING": True})
     yield application
+    application.extensions["hai_scheduler"].close()
     close_engine(application.extensions["hai_engine"])
 
 
