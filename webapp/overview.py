@@ -5,16 +5,13 @@ from __future__ import annotations
 from flask import Blueprint, current_app, render_template
 from flask.typing import ResponseReturnValue
 
-from scheduler_core.store import ExecutionRepository, NodeRepository, TaskRepository
+from webapp.node import scheduler_of
 
 bp = Blueprint("overview", __name__)
 
 
 @bp.get("/")
 def index() -> ResponseReturnValue:
-    engine = current_app.extensions["hai_engine"]
-    executions = ExecutionRepository(engine, "dashboard", 1000)
-    counts = executions.count_by_status()
-    return render_template("overview.html", counts=counts, tasks=TaskRepository(engine).count(),
-                           log_failures=len(executions.list_log_failures(100, 0)),
-                           nodes=NodeRepository(engine).list())
+    scheduler = scheduler_of(current_app)
+    return render_template("overview.html", counts=scheduler.execution.counts(), tasks=len(scheduler.refresh_tasks()),
+                           log_failures=len(scheduler.execution.list_log_failures(100, 0)), nodes=scheduler.nodes())

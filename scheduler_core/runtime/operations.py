@@ -58,6 +58,10 @@ class ExecutionOperations:
             raise ConfigError("status", f"must be one of {', '.join(EXECUTION_STATUSES)} (got {status!r})")
         return self._scheduler.context().executions.recent(status, task_id, limit, offset)
 
+    def counts(self) -> dict[str, int]:
+        """Journal rows per status."""
+        return self._scheduler.context().executions.count_by_status()
+
     def list_unknown(self, limit: int = 50, offset: int = 0) -> list[Execution]:
         check_page(limit, offset)
         return self._scheduler.context().executions.list_by_status("unknown", limit, offset)

@@ -36,6 +36,7 @@ from scheduler_core.store import (
     ExecutionRepository,
     LogFilter,
     LogRepository,
+    NodeInfo,
     NodeRepository,
     TaskRepository,
 )
@@ -322,6 +323,11 @@ class Scheduler:
             execution = self.execution.get(occurrence_id)
             if execution.is_terminal or self._closing.wait(TRIGGER_POLL_S):
                 return log_of_execution(execution)
+
+    def nodes(self) -> list[NodeInfo]:
+        """Every node that ever reported, most recent heartbeat first (for dashboards)."""
+        self.context()
+        return NodeRepository(self._engine).list()
 
     def prune_logs(self) -> int:
         """Apply the retention settings (``max_logs``, ``retention_days``) to the log table now.
