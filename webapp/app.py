@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.db import DatabaseConfig, engine_options, health_check, prepare_engine, upgrade
 from scheduler_core.db.config import is_production
-from webapp import auth, errors, executions, health, overview
+from webapp import audit, auth, errors, executions, health, nodes, overview
 from webapp.node import make_scheduler
 from webapp.secrets import bootstrap_admin, secret_key
 
@@ -73,7 +73,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_database"] = config
     bootstrap_admin(engine, app.config.get("ADMIN_PASSWORD"))
     app.extensions["hai_scheduler"] = make_scheduler(engine)
-    for module in (health, auth, overview, executions):
+    for module in (health, auth, overview, executions, nodes, audit):
         app.register_blueprint(module.bp)
     errors.install(app)
     auth.install(app)

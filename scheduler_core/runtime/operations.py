@@ -58,6 +58,10 @@ class ExecutionOperations:
             raise ConfigError("status", f"must be one of {', '.join(EXECUTION_STATUSES)} (got {status!r})")
         return self._scheduler.context().executions.recent(status, task_id, limit, offset)
 
+    def leases(self) -> list[Execution]:
+        """Running executions with their owner node and lease deadline."""
+        return self._scheduler.context().executions.running()
+
     def counts(self) -> dict[str, int]:
         """Journal rows per status."""
         return self._scheduler.context().executions.count_by_status()

@@ -324,6 +324,12 @@ class ExecutionRepository:
         query = query.order_by(executions.c.created_at.desc(), executions.c.occurrence_id).limit(limit).offset(offset)
         return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
 
+    def running(self, limit: int = 500) -> list[Execution]:
+        """Executions currently owned under a lease (for the nodes page), oldest first."""
+        query = (select(executions).where(executions.c.status == "running")
+                 .order_by(executions.c.created_at, executions.c.occurrence_id).limit(limit))
+        return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
+
     def list_log_failures(self, limit: int, offset: int) -> list[Execution]:
         query = (select(executions).where(executions.c.log_persistence == "pending")
                  .order_by(executions.c.updated_at, executions.c.occurrence_id).limit(limit).offset(offset))

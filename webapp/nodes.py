@@ -1,0 +1,21 @@
+"""Nodes: who is alive (heartbeats) and which leases each holds right now."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from flask import Blueprint, current_app, render_template
+from flask.typing import ResponseReturnValue
+
+from webapp.node import scheduler_of
+
+bp = Blueprint("nodes", __name__, url_prefix="/nodes")
+
+
+@bp.get("/")
+def index() -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    leases = defaultdict(list)
+    for execution in scheduler.execution.leases():
+        leases[execution.owner_node or "?"].append(execution)
+    return render_template("nodes.html", nodes=scheduler.nodes(), leases=leases)
