@@ -105,32 +105,32 @@ def _new_watched_conn(conn: HTTPConnection, watch: Watch) -> socket.socket:
     return sock
 
 
-class WatchedHTTPConnection(HTTPConnection):
+class _Watched:
+    """Mixed into urllib3's connection classes: every socket is handed to the watch, before it
+    connects and again once the connection is up (for HTTPS, after the TLS handshake: the
+    wrapped socket is a new object)."""
+
+    sock: socket.socket | None
+
     def __init__(self, *args: Any, watch: Watch, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.watch = watch
 
     def _new_conn(self) -> socket.socket:
-        return _new_watched_conn(self, self.watch)
+        return _new_watched_conn(self, self.watch)  # type: ignore[arg-type]
 
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # type: ignore[misc]
         assert self.sock is not None
         self.watch.adopt(self.sock, established=True)
 
 
-class WatchedHTTPSConnection(HTTPSConnection):
-    def __init__(self, *args: Any, watch: Watch, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.watch = watch
+class WatchedHTTPConnection(_Watched, HTTPConnection):
+    pass
 
-    def _new_conn(self) -> socket.socket:
-        return _new_watched_conn(self, self.watch)
 
-    def connect(self) -> None:
-        super().connect()  # TCP connect, then the TLS handshake: the wrapped socket is a new object
-        assert self.sock is not None
-        self.watch.adopt(self.sock, established=True)
+class WatchedHTTPSConnection(_Watched, HTTPSConnection):
+    pass
 
 
 class WatchedHTTPPool(HTTPConnectionPool):
