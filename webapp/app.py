@@ -22,8 +22,9 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.db import DatabaseConfig, engine_options, health_check, prepare_engine, upgrade
 from scheduler_core.db.config import is_production
-from webapp import audit, auth, errors, executions, health, nodes, overview
-from webapp.node import make_scheduler
+from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
+from webapp import audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks
+from webapp.node import NODE_CONCURRENCY, make_reach, make_scheduler
 from webapp.secrets import bootstrap_admin, secret_key
 
 db = SQLAlchemy()
@@ -46,6 +47,15 @@ def _database_config(app: Flask) -> DatabaseConfig:
     return DatabaseConfig.from_env(environ)
 
 
+def _sized(options: dict[str, Any]) -> dict[str, Any]:
+    """One pool per worker process holds: every web thread's request, the node's handler
+    threads plus its reserved connections (tick, lease keeper, operator call), and the
+    notification round. Never smaller than the configured size."""
+    needed = int(os.environ.get("HAI_THREADS", "4")) + NODE_CONCURRENCY + RESERVED_CONNECTIONS + 1
+    options["pool_size"] = max(int(options.get("pool_size", 0)), needed)
+    return options
+
+
 def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__, template_folder=str(_asset_dir("templates")), static_folder=str(_asset_dir("static")))
     app.config.from_prefixed_env("HAI")
@@ -55,7 +65,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         app.config.update(test_config)
     config = _database_config(app)
     app.config["SQLALCHEMY_DATABASE_URI"] = config.sqlalchemy_url().render_as_string(hide_password=False)
-    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = engine_options(config)
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _sized(engine_options(config))
     app.config.setdefault("SECRET_KEY", None)
     app.config["SECRET_KEY"] = app.config["SECRET_KEY"] or secret_key(config)
     # Secure cookies whenever the dashboard is served over HTTPS: in production always (behind
@@ -71,9 +81,11 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         upgrade(engine)  # under a database-wide lock: safe from every gunicorn worker at once
     app.extensions["hai_engine"] = engine
     app.extensions["hai_database"] = config
-    bootstrap_admin(engine, app.config.get("ADMIN_PASSWORD"))
-    app.extensions["hai_scheduler"] = make_scheduler(engine)
-    for module in (health, auth, overview, executions, nodes, audit):
+    scheduler = make_scheduler(engine)
+    app.extensions["hai_scheduler"] = scheduler
+    app.extensions["hai_reach"] = make_reach(app, scheduler)
+    bootstrap_admin(scheduler.users, app.config.get("ADMIN_PASSWORD"))
+    for module in (health, auth, overview, tasks, executions, logs, notifications, nodes, audit):
         app.register_blueprint(module.bp)
     errors.install(app)
     auth.install(app)

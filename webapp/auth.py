@@ -35,7 +35,7 @@ from flask import (
 from flask.typing import ResponseReturnValue
 from werkzeug.security import check_password_hash
 
-from scheduler_core.store.users import ROLES, UserRepository
+from scheduler_core.runtime.accounts import ROLES, Accounts
 
 bp = Blueprint("auth", __name__)
 PUBLIC_ENDPOINTS = {"auth.login", "health.healthz", "static"}
@@ -83,8 +83,9 @@ def _throttle() -> LoginThrottle:
     return throttle
 
 
-def _users() -> UserRepository:
-    return UserRepository(current_app.extensions["hai_engine"])
+def _users() -> Accounts:
+    accounts: Accounts = current_app.extensions["hai_scheduler"].users
+    return accounts
 
 
 def _safe_next(target: str | None) -> str:

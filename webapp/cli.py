@@ -18,7 +18,7 @@ from werkzeug.security import generate_password_hash
 
 from scheduler_core.cli import build_parser, dispatch
 from scheduler_core.db import DatabaseConfig, close_engine, create_engine, upgrade
-from scheduler_core.store.users import ROLES, UserRepository
+from scheduler_core.runtime.accounts import ROLES, Accounts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,7 +51,7 @@ def _create_user(args: argparse.Namespace) -> int:
     engine = create_engine(DatabaseConfig.from_env())
     try:
         upgrade(engine)
-        users = UserRepository(engine)
+        users = Accounts(engine)
         if args.reset:
             if not users.set_password(args.name, generate_password_hash(password)):
                 print(f"error: no user {args.name!r}", file=sys.stderr)

@@ -12,7 +12,6 @@ from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.runtime.operations import EXECUTION_STATUSES
-from scheduler_core.store.users import AuditRepository
 from webapp.auth import require_role
 from webapp.node import scheduler_of
 
@@ -60,7 +59,7 @@ def resolve(occurrence_id: str) -> ResponseReturnValue:
     except ConfigError as exc:
         return render_template("unknown.html", rows=scheduler.execution.list_unknown(100, 0),
                                errors={occurrence_id: {exc.field: exc.message}}), 400
-    AuditRepository(scheduler.engine).record(
+    scheduler.audit.record(
         g.user.name, "execution.resolve_unknown", occurrence_id, before={"status": before.status},
         after={"status": after.status}, reason=reason)
     flash(f"Execution {occurrence_id} resolved as {status}.", "success")

@@ -9,23 +9,59 @@ attempts over as DESIGN §5 Lifecycle says.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
+from collections.abc import Mapping
+from typing import Any
 
 from flask import Flask
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
+from scheduler_core.errors import ReachConfigError
+from scheduler_core.reach import Reach
 
 logger = logging.getLogger("webapp.node")
+NODE_CONCURRENCY = 4  # handler threads of the node in each dashboard worker
 
 
 def make_scheduler(engine: Engine) -> Scheduler:
     node_id = f"{socket.gethostname()[:80]}-web-{os.getpid()}"
-    scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, max_concurrency=4))
+    scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, max_concurrency=NODE_CONCURRENCY))
     scheduler.init()
     return scheduler
+
+
+def reach_config(app: Flask) -> Mapping[str, Any]:
+    """The notification configuration: ``REACH`` (a mapping, e.g. from ``HAI_CONFIG_FILE``) or the
+    JSON file named by ``HAI_REACH_CONFIG``; no providers when neither is given."""
+    if app.config.get("REACH") is not None:
+        config: Mapping[str, Any] = app.config["REACH"]
+        return config
+    path = app.config.get("REACH_CONFIG")
+    if not path:
+        return {}
+    try:
+        with open(str(path), encoding="utf-8") as source:
+            loaded: Mapping[str, Any] = json.load(source)
+    except (OSError, ValueError) as exc:
+        raise ReachConfigError("HAI_REACH_CONFIG", f"cannot read {path}: {exc}") from exc
+    return loaded
+
+
+def make_reach(app: Flask, scheduler: Scheduler) -> Reach:
+    """Notifications on the app's database; delivery rounds run on its scheduler's tick."""
+    reach = Reach(scheduler.engine, reach_config(app), node_id=scheduler.config.node_id, auto_migrate=False)
+    reach.init()
+    reach.attach(scheduler)
+    return reach
+
+
+def reach_of(app: Flask) -> Reach:
+    reach: Reach = app.extensions["hai_reach"]
+    return reach
 
 
 def scheduler_of(app: Flask) -> Scheduler:
@@ -41,3 +77,4 @@ def start_node(app: Flask) -> None:
 
 def stop_node(app: Flask) -> None:
     scheduler_of(app).close()
+    reach_of(app).close()

@@ -13,11 +13,10 @@ import secrets
 import sys
 from pathlib import Path
 
-from sqlalchemy.engine import Engine
 from werkzeug.security import generate_password_hash
 
 from scheduler_core.db import DatabaseConfig
-from scheduler_core.store.users import UserRepository
+from scheduler_core.runtime.accounts import Accounts
 
 ADMIN_NAME = "admin"
 
@@ -42,9 +41,8 @@ def secret_key(config: DatabaseConfig) -> str:
     return key
 
 
-def bootstrap_admin(engine: Engine, password: str | None) -> None:
+def bootstrap_admin(users: Accounts, password: str | None) -> None:
     """Create ``admin`` when no user exists; a generated password is printed once."""
-    users = UserRepository(engine)
     if users.count() > 0:
         return
     chosen = password or secrets.token_urlsafe(12)

@@ -26,6 +26,7 @@ from scheduler_core.errors import (
 )
 from scheduler_core.executors import Executor, ExecutorRegistry
 from scheduler_core.model import UPDATABLE_FIELDS, ExecutionLog, TaskDefinition, validate_optional_text, validate_task
+from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.node import Node, claimed_execution
@@ -67,6 +68,8 @@ class Scheduler:
         self._closing = threading.Event()
         self._tick_listeners: list[Callable[[int], None]] = []
         self.execution = ExecutionOperations(self)
+        self.users = Accounts(engine)
+        self.audit = AuditTrail(engine)
 
     # --- properties -----------------------------------------------------------------
 

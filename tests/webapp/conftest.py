@@ -24,6 +24,7 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Flask]:
                               "TESTING": True})
     yield application
     application.extensions["hai_scheduler"].close()
+    application.extensions["hai_reach"].close()
     close_engine(application.extensions["hai_engine"])
 
 

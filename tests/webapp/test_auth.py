@@ -10,7 +10,6 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
-from scheduler_core.store.users import UserRepository
 from tests.webapp.conftest import Auth
 
 
@@ -63,7 +62,7 @@ def test_no_open_redirect_after_login(client: FlaskClient, auth: Auth) -> None:
 
 
 def test_disabled_or_unknown_users_cannot_log_in(app: Flask, auth: Auth) -> None:
-    UserRepository(app.extensions["hai_engine"]).create("viewer1", "viewer", generate_password_hash("pw-viewer-1"))
+    app.extensions["hai_scheduler"].users.create("viewer1", "viewer", generate_password_hash("pw-viewer-1"))
     assert auth.login("viewer1", "pw-viewer-1").status_code == 302
     assert auth.login("nobody", "whatever1").status_code == 401
 

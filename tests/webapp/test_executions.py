@@ -9,7 +9,6 @@ from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
-from scheduler_core.store.users import AuditRepository, UserRepository
 from tests.helpers.journal import abandon_running_execution, wait_for_status
 from tests.webapp.conftest import Auth, csrf_token
 
@@ -64,14 +63,14 @@ def test_resolve_unknown_with_reason_and_version(app: Flask, client: FlaskClient
     resolved = scheduler.execution.get(unknown.occurrence_id)
     assert (resolved.status, resolved.resolved_by, resolved.resolution_reason) == (
         "discarded", "admin", "checked the ledger")
-    [entry] = AuditRepository(scheduler.engine).list(action="execution.resolve_unknown")
+    [entry] = scheduler.audit.list(action="execution.resolve_unknown")
     assert (entry.actor, entry.target, entry.before, entry.after, entry.reason) == (
         "admin", unknown.occurrence_id, {"status": "unknown"}, {"status": "discarded"}, "checked the ledger")
 
 
 def test_viewer_cannot_resolve(app: Flask, client: FlaskClient, auth: Auth) -> None:
     unknown = _unknown_execution(app)
-    UserRepository(app.extensions["hai_engine"]).create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
+    app.extensions["hai_scheduler"].users.create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
     auth.login("viewer1", "viewer-pw-1")
     assert "Resolve as" not in client.get("/executions/unknown").get_data(as_text=True)
     refused = _resolve(client, unknown.occurrence_id, status="discarded", reason="x",

@@ -9,7 +9,6 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from scheduler_core import TaskDefinition
-from scheduler_core.store.users import AuditRepository
 from tests.webapp.conftest import Auth
 
 
@@ -39,9 +38,10 @@ def test_nodes_page_shows_nodes_and_their_leases(app: Flask, client: FlaskClient
 
 
 def test_audit_page_filters(app: Flask, client: FlaskClient, auth: Auth) -> None:
-    audit = AuditRepository(app.extensions["hai_engine"])
-    audit.record("alice", "execution.resolve_unknown", "occ-1", {"status": "unknown"}, {"status": "success"}, "ok")
-    audit.record("bob", "task.trigger", "report", None, None, None)
+    audit = app.extensions["hai_scheduler"].audit
+    audit.record("alice", "execution.resolve_unknown", "occ-1", before={"status": "unknown"},
+                 after={"status": "success"}, reason="ok")
+    audit.record("bob", "task.trigger", "report")
     auth.login()
     everything = client.get("/audit/").get_data(as_text=True)
     assert "alice" in everything and "bob" in everything
