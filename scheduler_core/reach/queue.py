@@ -149,6 +149,9 @@ class DeliveryRounds:
         return settled
 
 
+QUEUE_STATUSES = ("pending", "processing", "sending", "sent", "unknown", "dead", "discarded")
+
+
 class QueueOperations:
     """``reach.queue``: safe metadata and the two operator decisions."""
 
@@ -157,6 +160,11 @@ class QueueOperations:
 
     def get(self, queue_id: str) -> QueueEntry | None:
         return self._repo().get(_queue_id(queue_id))
+
+    def counts(self) -> dict[str, int]:
+        """Messages per status (every status present, zero when none)."""
+        found = self._repo().count_by_status()
+        return {status: found.get(status, 0) for status in QUEUE_STATUSES}
 
     def list(self, status: str, limit: int = 50, offset: int = 0) -> list[QueueEntry]:
         if status not in ("dead", "unknown"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
@@ -208,6 +208,10 @@ class QueueRepository:
         query = select(reach_queue).where(reach_queue.c.queue_id == queue_id)
         row = read(self.engine, lambda conn: conn.execute(query).first())
         return _entry(row) if row is not None else None
+
+    def count_by_status(self) -> dict[str, int]:
+        query = select(reach_queue.c.status, func.count()).group_by(reach_queue.c.status)
+        return read(self.engine, lambda conn: {row[0]: int(row[1]) for row in conn.execute(query)})
 
     def list(self, status: str, limit: int, offset: int) -> list[QueueEntry]:
         query = (select(reach_queue).where(reach_queue.c.status == status)

@@ -89,7 +89,9 @@ def test_requeue_dead_is_a_compare_and_set(repo: QueueRepository, engine: Engine
     assert entry is not None and [e.queue_id for e in ops.list("dead")] == [queue_id]
     with pytest.raises(ReachError, match="changed"):
         ops.requeue_dead(queue_id, entry.updated_at - 1)
+    assert ops.counts()["dead"] == 1
     requeued = ops.requeue_dead(queue_id, entry.updated_at)
+    assert (ops.counts()["dead"], ops.counts()["pending"], ops.counts()["sent"]) == (0, 1, 0)
     assert (requeued.status, requeued.attempt_count, requeued.queue_id, requeued.max_attempts) == (
         "pending", 0, queue_id, 3)
     with pytest.raises(ReachError, match="only dead"):
