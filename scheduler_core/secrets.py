@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"authorization|cookie|key|token|secret|passw|auth|session|credential", re.IGNORECASE)
@@ -21,17 +21,29 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+def _token_like(segment: str) -> bool:
+    """A path segment that looks like a credential: long, letters and digits mixed (the token
+    of a Slack / Discord / Teams style webhook URL, ``/services/T0/B0/<token>``)."""
+    return len(segment) >= 16 and any(c.isdigit() for c in segment) and any(c.isalpha() for c in segment)
+
+
 def mask_url(url: str) -> str:
-    """``url`` with the password of its userinfo (``user:password@``) replaced by ``***``."""
+    """``url`` fit for display: the password of its userinfo (``user:password@``), the values of
+    secret-named query parameters and token-like path segments replaced by ``***``."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return url
+    if not parts.scheme or not parts.netloc:
+        return url
     userinfo, at, hostport = parts.netloc.rpartition("@")
     user, colon, _password = userinfo.partition(":")
-    if not at or not colon:
-        return url
-    return parts._replace(netloc=f"{user}:{MASK}@{hostport}").geturl()
+    netloc = f"{user}:{MASK}@{hostport}" if at and colon else parts.netloc
+    path = "/".join(MASK if _token_like(segment) else segment for segment in parts.path.split("/"))
+    query = "&".join(f"{key}={MASK}" if equals and is_secret_name(key) else f"{key}{equals}{value}"
+                     for key, equals, value in (item.partition("=") for item in parts.query.split("&"))
+                     ) if parts.query else ""
+    return urlunsplit(parts._replace(netloc=netloc, path=path, query=query))
 
 
 def mask_headers(headers: Mapping[str, str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from scheduler_core.errors import (
     ReachError,
     SchedulerError,
     TaskNotFoundError,
+    TemplateNotFoundError,
 )
 
 
@@ -46,6 +47,8 @@ def _scheduler(error: SchedulerError) -> ResponseReturnValue:
 
 
 def _reach(error: ReachError) -> ResponseReturnValue:
+    if isinstance(error, TemplateNotFoundError):
+        return _page(404, "Not found", str(error))
     if isinstance(error, ReachConfigError):
         return _page(400, "Invalid input", str(error))
     if error.details.get("conflict"):

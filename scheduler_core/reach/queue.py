@@ -22,11 +22,13 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, get_args
 
 from scheduler_core.errors import ReachConfigError, ReachError
-from scheduler_core.reach.base import Delivery, Provider, RenderedMessage
-from scheduler_core.reach.config import backoff_ms
-from scheduler_core.store.reach_queue import QueuedMessage, QueueEntry, QueueRepository
+from scheduler_core.reach.base import Delivery, FailureClass, Provider, RenderedMessage
+from scheduler_core.reach.config import DndConfig, backoff_ms
+from scheduler_core.reach.dnd import in_window, window_end_ms
+from scheduler_core.store.reach_queue import DeadSet, QueuedMessage, QueueEntry, QueueFilter, QueueRepository
 
 logger = logging.getLogger("scheduler_core.reach.queue")
 ROUND_LIMIT = 100
@@ -150,30 +152,137 @@ class DeliveryRounds:
 
 
 QUEUE_STATUSES = ("pending", "processing", "sending", "sent", "unknown", "dead", "discarded")
+FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
+BULK_MAX = 10_000  # dead letters one bulk requeue takes at most (the oldest of a larger set)
+BULK_BATCH = 100  # rows per compare-and-set transaction of a bulk requeue
+SETTLE_GRACE_MS = 1_000  # a bulk set ends this long before the preview's DB time (see preview_bulk_requeue)
+MAX_BOUND_MS = 2**53 - 1
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One row of a dashboard list."""
+
+    entry: QueueEntry
+    held_until: int | None  # pending and held by do-not-disturb: when the window lets it go (unix ms)
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    rows: list[QueueRow]
+    next_after: str | None  # cursor of the next (older) page; None on the last one
+    now_ms: int  # the DB time the page was read at
+
+
+@dataclass(frozen=True)
+class BulkPreview:
+    """A captured bulk-requeue set: the filter, a bound on (updated_at, queue_id), its count."""
+
+    provider: str | None
+    failure: str | None
+    template: str | None
+    bound_at: int  # rows changed at or before this DB time (unix ms) ...
+    bound_id: str | None  # ... and, at exactly bound_at, with a queue id <= this one (None: any)
+    count: int  # how many dead letters were in the set when it was previewed
+    more: bool = False  # more dead letters matched than one bulk requeue takes (BULK_MAX)
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    previewed: int
+    requeued: int
+    changed: int  # previewed rows that were no longer dead at their previewed version
+
+
+def held_until(entry: QueueEntry, now_ms: int, dnd: DndConfig | None) -> int | None:
+    """When a pending message is waiting for the do-not-disturb window: the instant it may go.
+
+    Two cases: its next attempt falls inside the window (rounds do not run there, so it waits
+    for the window's end), or it was deferred by ``send`` inside the window (never attempted,
+    no failure, due in the future: only a DND delay enqueues a message for later)."""
+    if entry.status != "pending":
+        return None
+    due = max(entry.next_attempt_at, now_ms)
+    if dnd is not None and in_window(dnd, due):
+        return window_end_ms(dnd, due)
+    if entry.attempt_count == 0 and entry.last_failure is None and entry.next_attempt_at > now_ms:
+        return entry.next_attempt_at
+    return None
 
 
 class QueueOperations:
-    """``reach.queue``: safe metadata and the two operator decisions."""
+    """``reach.queue``: safe metadata, the operator decisions, and the dashboard's lists."""
 
-    def __init__(self, repo: Callable[[], QueueRepository]) -> None:
+    def __init__(self, repo: Callable[[], QueueRepository], dnd: Callable[[], DndConfig] | None = None) -> None:
         self._repo = repo
+        self._dnd = dnd
 
     def get(self, queue_id: str) -> QueueEntry | None:
         return self._repo().get(_queue_id(queue_id))
 
-    def counts(self) -> dict[str, int]:
-        """Messages per status (every status present, zero when none)."""
-        found = self._repo().count_by_status()
+    def counts(self, cap: int | None = None) -> dict[str, int]:
+        """Messages per status (every status present, zero when none). With ``cap`` each status
+        is counted up to ``cap + 1`` only (a bounded scan; more than ``cap`` shows as ``cap + 1``)."""
+        if cap is None:
+            found = self._repo().count_by_status()
+        else:
+            found = self._repo().count_by_status_capped(QUEUE_STATUSES, _int("cap", cap, 1, 1_000_000))
         return {status: found.get(status, 0) for status in QUEUE_STATUSES}
 
     def list(self, status: str, limit: int = 50, offset: int = 0) -> list[QueueEntry]:
         if status not in ("dead", "unknown"):
             raise ReachConfigError("status", f"must be dead or unknown (got {status!r})")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
-            raise ReachConfigError("limit", f"must be an integer between 1 and 100 (got {limit!r})")
-        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= 1_000_000:
-            raise ReachConfigError("offset", f"must be an integer between 0 and 1000000 (got {offset!r})")
+        _int("limit", limit, 1, 100)
+        _int("offset", offset, 0, 1_000_000)
         return self._repo().list(status, limit, offset)
+
+    def browse(self, status: str, *, provider: str | None = None, failure: str | None = None,
+               template: str | None = None, limit: int = 50, after: str | None = None) -> QueuePage:
+        """One page of the messages in ``status`` (optionally of one provider, failure class,
+        template), newest change first; ``after`` is the previous page's ``next_after``."""
+        where = _filter(status, provider, failure, template)
+        _int("limit", limit, 1, 100)
+        repo = self._repo()
+        now_ms = repo.now()
+        entries = repo.browse(where, limit + 1, _cursor(after))
+        dnd = self._dnd() if self._dnd is not None else None
+        rows = [QueueRow(entry, held_until(entry, now_ms, dnd)) for entry in entries[:limit]]
+        last = entries[limit - 1] if len(entries) > limit else None
+        return QueuePage(rows, None if last is None else f"{last.updated_at}.{last.queue_id}", now_ms)
+
+    def held_until(self, entry: QueueEntry, now_ms: int) -> int | None:
+        return held_until(entry, now_ms, self._dnd() if self._dnd is not None else None)
+
+    def preview_bulk_requeue(self, provider: str | None = None, failure: str | None = None,
+                             template: str | None = None) -> BulkPreview:
+        """Capture the dead letters matching the filter for :meth:`bulk_requeue`: those changed at
+        or before ``now - SETTLE_GRACE_MS`` (DB time), at most the oldest ``BULK_MAX``, and count them.
+
+        The grace keeps out a row whose dead write evaluated its DB time just before the preview
+        but committed just after it (invisible to the count, yet below the bound): every queue
+        write is one short transaction, committed well within the grace."""
+        where = _filter("dead", provider, failure, template)
+        repo = self._repo()
+        captured = repo.capture_dead(where, repo.now() - SETTLE_GRACE_MS, BULK_MAX)
+        return BulkPreview(provider, failure, template, captured.bound_at, captured.bound_id, captured.count,
+                           captured.more)
+
+    def bulk_requeue(self, preview: BulkPreview) -> BulkResult:
+        """Requeue exactly the previewed set: each row still inside the preview's bound is requeued
+        by a compare-and-set on the version just read, in batches of ``BULK_BATCH`` (one short
+        transaction each). A row that died after the preview is above the bound (its updated_at
+        is later); a previewed row that changed since has left the bound or fails its CAS. Never
+        more than the previewed count is requeued."""
+        where, bound = _checked_preview(preview)
+        repo = self._repo()
+        requeued, after = 0, None
+        while requeued < bound.count:
+            versions = repo.dead_versions(where, bound, after, BULK_BATCH)[: bound.count - requeued]
+            if not versions:
+                break
+            requeued += repo.requeue_dead_versions(versions)
+            after = (versions[-1][1], versions[-1][0])
+        return BulkResult(bound.count, requeued, bound.count - requeued)
 
     def requeue_dead(self, queue_id: str, expected_updated_at: int) -> QueueEntry:
         """Only from dead, only at the current version; resets attempts, keeps id and policy."""
@@ -189,14 +298,19 @@ class QueueOperations:
         return self._existing(queue_id)
 
     def resolve_unknown(self, queue_id: str, status: str, message_id: str | None = None,
-                        resolved_by: str | None = None) -> QueueEntry:
+                        resolved_by: str | None = None, expected_updated_at: int | None = None) -> QueueEntry:
+        """unknown -> sent | discarded; with ``expected_updated_at``, only at that version."""
         if status not in ("sent", "discarded"):
             raise ReachConfigError("status", f"must be sent or discarded (got {status!r})")
         if message_id is not None and (not isinstance(message_id, str) or not 1 <= len(message_id) <= 255):
             raise ReachConfigError("message_id", "must be 1..255 characters")
+        if expected_updated_at is not None:
+            _int("expected_updated_at", expected_updated_at, 0, MAX_BOUND_MS)
         entry = self._existing(queue_id)
-        if entry.status != "unknown" or not self._repo().resolve_unknown(queue_id, status, message_id, resolved_by):
-            raise ReachError(f"queue entry {queue_id} is not unknown (any more)", queue_id=queue_id, conflict=True)
+        if entry.status != "unknown" or not self._repo().resolve_unknown(queue_id, status, message_id, resolved_by,
+                                                                         expected_updated_at):
+            raise ReachError(f"queue entry {queue_id} is not unknown at the version read (any more)",
+                             queue_id=queue_id, conflict=True)
         return self._existing(queue_id)
 
     def _existing(self, queue_id: str) -> QueueEntry:
@@ -206,8 +320,49 @@ class QueueOperations:
         return entry
 
 
-def _queue_id(value: str) -> str:
+def _queue_id(value: Any, field: str = "queue_id") -> str:
     try:
         return str(uuid.UUID(value))
     except (ValueError, TypeError, AttributeError):
-        raise ReachConfigError("queue_id", f"must be a queue receipt UUID (got {value!r})") from None
+        raise ReachConfigError(field, f"must be a queue receipt UUID (got {value!r})") from None
+
+
+def _int(field: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ReachConfigError(field, f"must be an integer between {low} and {high} (got {value!r})")
+    return value
+
+
+def _text(field: str, value: Any, longest: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= longest:
+        raise ReachConfigError(field, f"must be 1..{longest} characters when given")
+    return value
+
+
+def _filter(status: Any, provider: Any, failure: Any, template: Any) -> QueueFilter:
+    if status not in QUEUE_STATUSES:
+        raise ReachConfigError("status", f"must be one of {', '.join(QUEUE_STATUSES)} (got {status!r})")
+    if failure is not None and failure not in FAILURE_CLASSES:
+        raise ReachConfigError("failure", f"must be one of {', '.join(FAILURE_CLASSES)} (got {failure!r})")
+    return QueueFilter(status, _text("provider", provider, 64), failure, _text("template", template, 128))
+
+
+def _cursor(value: Any) -> tuple[int, str] | None:
+    """``after``: "<updated_at>.<queue_id>" of the last row of the previous page."""
+    if value is None:
+        return None
+    at, _, queue_id = value.partition(".") if isinstance(value, str) else ("", "", "")
+    if not at.isdigit() or len(at) > 16:
+        raise ReachConfigError("after", f"must be a page cursor <updated_at>.<queue_id> (got {value!r})")
+    return int(at), _queue_id(queue_id, "after")
+
+
+def _checked_preview(preview: BulkPreview) -> tuple[QueueFilter, DeadSet]:
+    if not isinstance(preview, BulkPreview):
+        raise ReachConfigError("preview", "must be the BulkPreview returned by preview_bulk_requeue")
+    where = _filter("dead", preview.provider, preview.failure, preview.template)
+    bound_at = _int("bound_at", preview.bound_at, 0, MAX_BOUND_MS)
+    bound_id = None if preview.bound_id is None else _queue_id(preview.bound_id, "bound_id")
+    return where, DeadSet(bound_at, bound_id, _int("count", preview.count, 0, BULK_MAX))

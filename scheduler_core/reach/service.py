@@ -12,6 +12,7 @@ the pending row is committed; a database failure is an error, never a fake succe
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 import uuid
@@ -27,6 +28,7 @@ from scheduler_core.errors import (
     DndBlockedError,
     ProviderNotFoundError,
     ReachConfigError,
+    ReachError,
     ReachNotInitializedError,
     SendFailedError,
     TemplateNotFoundError,
@@ -34,9 +36,10 @@ from scheduler_core.errors import (
 from scheduler_core.reach.base import Provider, RenderedMessage
 from scheduler_core.reach.config import ReachConfig, TemplateConfig
 from scheduler_core.reach.dnd import in_window, window_end_ms
-from scheduler_core.reach.queue import DeliveryRounds, QueueOperations, RoundReport
-from scheduler_core.reach.templates import check_vars, render
-from scheduler_core.store.reach_queue import QueueRepository, TemplateRepository
+from scheduler_core.reach.queue import ROUND_LIMIT, DeliveryRounds, QueueOperations, RoundReport
+from scheduler_core.reach.templates import check_vars, missing_variables, render
+from scheduler_core.store.reach_queue import QueueRepository
+from scheduler_core.store.reach_templates import StoredTemplate, TemplateRepository
 
 logger = logging.getLogger("scheduler_core.reach")
 MESSAGE_FIELDS = ("to", "provider", "template", "subject", "body", "vars", "extra")
@@ -65,7 +68,7 @@ class Reach:
         self._rounds: DeliveryRounds | None = None
         self._round_lock = threading.Lock()
         self._last_round_minute: int | None = None
-        self.queue = QueueOperations(self._require_queue)
+        self.queue = QueueOperations(self._require_queue, lambda: self._require_config().dnd)
         self.templates = TemplateOperations(self)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -214,8 +217,18 @@ class Reach:
         threading.Thread(target=self._round_in_background, name="hai-reach-round", daemon=True).start()
 
     def _round_in_background(self) -> None:
+        """The minute's round, followed at once by further rounds while each one was full.
+
+        Every round still claims at most ROUND_LIMIT rows with its own fixed eligibility time
+        (a failing row is not re-claimed within its round and waits for its backoff), but a
+        backlog -- thousands of messages held by a do-not-disturb window that just ended --
+        drains at delivery speed instead of ROUND_LIMIT per minute per node.
+        """
         try:
-            self.run_round()
+            while self._rounds is not None and self.run_round().claimed >= ROUND_LIMIT:
+                pass
+        except ReachNotInitializedError:
+            return  # closed meanwhile
         except Exception:
             logger.warning("delivery round failed; the next minute retries", exc_info=True)
 
@@ -246,6 +259,14 @@ class Reach:
     def provider_names(self) -> list[str]:
         return sorted(self._providers)
 
+    def provider_snapshots(self) -> list[dict[str, Any]]:
+        """Every configured provider's settings with its secrets masked, by name."""
+        self._require_config()
+        return [self._providers[name].snapshot() for name in sorted(self._providers)]
+
+    def configured_templates(self) -> list[TemplateConfig]:
+        return list(self._require_config().templates)
+
     def _require_queue(self) -> QueueRepository:
         self._require_config()
         if self._queue_repo is None:
@@ -253,29 +274,82 @@ class Reach:
         return self._queue_repo
 
 
+@dataclass(frozen=True)
+class TemplatePreview:
+    """A rendering without sending, or the variables it lacks."""
+
+    template: TemplateConfig
+    variables: list[str]  # every variable the subject and body use, sorted
+    missing: list[str]  # those the values lack; when any, nothing is rendered
+    subject: str | None
+    body: str | None
+
+
+TEMPLATE_BODY_MAX = 65_535
+TEMPLATE_SUBJECT_MAX = 998  # one RFC 5322 header line
+
+
 class TemplateOperations:
-    """``reach.templates``: stored templates (CRUD) and previews of any template."""
+    """``reach.templates``: stored templates (CRUD with versions) and previews of any template.
+
+    Templates from the configuration are read-only and win over a stored one of the same name,
+    so a stored template may not take a configured name."""
 
     def __init__(self, reach: Reach) -> None:
         self._reach = reach
 
+    def _repo(self) -> TemplateRepository:
+        return TemplateRepository(self._reach._require_engine())
+
     def save(self, name: str, provider: str, body: str, subject: str | None = None) -> TemplateConfig:
+        """Insert or replace a stored template (no version check: see create / update)."""
         template = TemplateConfig(name=name, provider=provider, body=body, subject=subject)  # validates
         if provider not in self._reach.provider_names():
             raise ReachConfigError("provider", f"names no configured provider ({provider!r})")
-        TemplateRepository(self._reach._require_engine()).save(name, provider, subject, body)
+        self._repo().save(name, provider, subject, body)
         return template
 
     def get(self, name: str) -> TemplateConfig:
         return self._reach.find_template(name)
 
     def list(self) -> list[TemplateConfig]:
-        stored = TemplateRepository(self._reach._require_engine()).list()
-        return [TemplateConfig(t.name, t.provider, t.body, t.subject) for t in stored]
+        return [TemplateConfig(t.name, t.provider, t.body, t.subject) for t in self._repo().list()]
 
-    def delete(self, name: str) -> None:
-        if not TemplateRepository(self._reach._require_engine()).delete(name):
-            raise TemplateNotFoundError(f"template {name!r} not found")
+    def stored(self) -> builtins.list[StoredTemplate]:
+        """Stored templates with their versions (``updated_at``), by name."""
+        return self._repo().list()
+
+    def stored_one(self, name: str) -> StoredTemplate | None:
+        return self._repo().get(name) if isinstance(name, str) else None
+
+    def create(self, name: str, provider: str, body: str, subject: str | None = None) -> StoredTemplate:
+        """A new stored template; ReachConfigError("name") when the name is taken."""
+        self._check(name, provider, body, subject)
+        if any(t.name == name for t in self._reach.configured_templates()):
+            raise ReachConfigError("name", f"{name!r} is a configured template (read-only); choose another name")
+        if not self._repo().create(name, provider, subject, body):
+            raise ReachConfigError("name", f"a stored template named {name!r} already exists")
+        return self._saved(name)
+
+    def update(self, name: str, provider: str, body: str, subject: str | None,
+               expected_updated_at: int) -> StoredTemplate:
+        """Replace a stored template's content at the version read; a conflict when it changed."""
+        self._check(name, provider, body, subject)
+        _version(expected_updated_at)
+        if not self._repo().update(name, provider, subject, body, expected_updated_at):
+            self._saved(name)  # not found when it is gone
+            raise ReachError(f"template {name!r} changed since it was read; read it again", template=name,
+                             conflict=True)
+        return self._saved(name)
+
+    def delete(self, name: str, expected_updated_at: int | None = None) -> None:
+        """Delete a stored template (at the version read, when given)."""
+        if expected_updated_at is not None:
+            _version(expected_updated_at)
+        if not self._repo().delete(name, expected_updated_at):
+            self._saved(name)
+            raise ReachError(f"template {name!r} changed since it was read; read it again", template=name,
+                             conflict=True)
 
     def preview(self, name: str, values: Mapping[str, Any]) -> tuple[str | None, str]:
         """Render without sending; TEMPLATE_RENDER_FAILED names every missing variable."""
@@ -283,3 +357,39 @@ class TemplateOperations:
         checked = check_vars(values)
         subject = render(template.subject, checked, f"template {name} subject") if template.subject else None
         return subject, render(template.body, checked, f"template {name} body")
+
+    def check(self, name: str, values: Mapping[str, Any]) -> TemplatePreview:
+        """Like :meth:`preview`, but a missing variable is an answer, not an error: it lists them
+        all (and renders nothing while any is missing)."""
+        template = self._reach.find_template(name)
+        checked = check_vars(values)
+        used = missing_variables({}, template.subject, template.body)
+        missing = missing_variables(checked, template.subject, template.body)
+        if missing:
+            return TemplatePreview(template, used, missing, None, None)
+        subject, body = self.preview(name, checked)
+        return TemplatePreview(template, used, [], subject, body)
+
+    def _check(self, name: Any, provider: Any, body: Any, subject: Any) -> None:
+        if not isinstance(name, str) or not 1 <= len(name) <= 128 or name != name.strip() \
+                or any(not char.isprintable() for char in name):
+            raise ReachConfigError("name", "must be 1..128 printable characters without surrounding whitespace")
+        if provider not in self._reach.provider_names():
+            raise ReachConfigError("provider", f"names no configured provider ({provider!r})")
+        if subject is not None and (not isinstance(subject, str) or len(subject) > TEMPLATE_SUBJECT_MAX
+                                    or "\n" in subject or "\r" in subject):
+            raise ReachConfigError("subject", f"must be one line of at most {TEMPLATE_SUBJECT_MAX} characters")
+        if not isinstance(body, str) or not body.strip() or len(body) > TEMPLATE_BODY_MAX:
+            raise ReachConfigError("body", f"is required: 1..{TEMPLATE_BODY_MAX} characters")
+
+    def _saved(self, name: str) -> StoredTemplate:
+        stored = self._repo().get(name)
+        if stored is None:
+            raise TemplateNotFoundError(f"template {name!r} not found")
+        return stored
+
+
+def _version(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ReachConfigError("expected_updated_at", "must be the template's updated_at (unix ms)")
+    return value

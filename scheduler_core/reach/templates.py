@@ -7,6 +7,7 @@ write literal braces.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -14,10 +15,61 @@ from typing import Any
 from scheduler_core.errors import ReachConfigError, TemplateRenderFailedError
 
 _VARIABLE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_VALUES = 100
+MAX_VALUE_CHARS = 10_000
 
 
-def variables(text: str) -> set[str]:
-    return {m.group(1) for m in _VARIABLE.finditer(text) if m.group(1)}
+def variables(text: str | None) -> set[str]:
+    """Every ``{name}`` the text substitutes (``{{name}}`` is a literal, not a variable)."""
+    return {m.group(1) for m in _VARIABLE.finditer(text or "") if m.group(1)}
+
+
+def missing_variables(values: Mapping[str, Any], *texts: str | None) -> list[str]:
+    """The variables the texts use that ``values`` lacks, sorted: all of them at once, so a
+    preview can name every hole instead of stopping at the first."""
+    used: set[str] = set()
+    for text in texts:
+        used |= variables(text)
+    return sorted(used - set(values))
+
+
+def parse_values(text: str) -> dict[str, Any]:
+    """Variables typed into a form: a JSON object, or one ``name=value`` per line (blank lines
+    ignored, the value is everything after the first ``=``, trimmed). ReachConfigError("vars", ...)
+    names the line that is wrong; a name given twice is refused rather than silently overridden."""
+    if not isinstance(text, str):
+        raise ReachConfigError("vars", "must be text")
+    if text.lstrip().startswith("{"):
+        try:
+            loaded = json.loads(text)
+        except ValueError as exc:
+            raise ReachConfigError("vars", f"is not a valid JSON object: {exc}") from None
+        values = check_vars(loaded)
+    else:
+        values = _parse_lines(text)
+    if len(values) > MAX_VALUES:
+        raise ReachConfigError("vars", f"at most {MAX_VALUES} variables")
+    for name, value in values.items():
+        if len(str(value)) > MAX_VALUE_CHARS:
+            raise ReachConfigError(f"vars.{name}", f"must be at most {MAX_VALUE_CHARS} characters")
+    return values
+
+
+def _parse_lines(text: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, equals, value = line.partition("=")
+        name = name.strip()
+        if not equals or not _NAME.fullmatch(name):
+            raise ReachConfigError("vars", f"line {number}: expected name=value with a name of letters, digits "
+                                           "and underscores")
+        if name in values:
+            raise ReachConfigError("vars", f"line {number}: {name} is given twice")
+        values[name] = value.strip()
+    return values
 
 
 def render(text: str, values: Mapping[str, Any], where: str) -> str:

@@ -200,7 +200,7 @@ def test_python_infinite_loop_is_killed_at_the_timeout_with_its_grandchild(
     outcome = _run(PY, _LOOP_WITH_GRANDCHILD.replace("PIDFILE", repr(str(pidfile))), timeout=1500,
                    idempotent=idempotent)
     elapsed = time.monotonic() - started
-    assert 1.5 <= elapsed < 3.0
+    assert 1.5 <= elapsed < 10  # the loop never ends by itself: killed at the deadline
     assert outcome.status == status
     assert outcome.error == "timeout after 1500 ms (process killed)"
     child, grandchild = (int(pid) for pid in pidfile.read_text().split())

@@ -143,7 +143,7 @@ def test_connection_refused_is_a_definite_failure(idempotent: bool) -> None:
     assert outcome.error is not None and outcome.error.startswith("request not sent")
     assert "refused" in outcome.error.lower()
     assert "hunter2pass" not in outcome.error and "k3y-value" not in outcome.error
-    assert elapsed < 2
+    assert elapsed < 5  # refused at once, not after a timeout
 
 
 @pytest.mark.parametrize("idempotent", [False, True])
@@ -151,7 +151,7 @@ def test_dns_failure_is_a_definite_failure(idempotent: bool) -> None:
     outcome, elapsed = run(api("http://no-such-host.invalid/run", timeout=3000), idempotent=idempotent)
     assert outcome.status == "failed"
     assert outcome.error is not None and outcome.error.startswith(("request not sent", "timeout after 3000 ms;"))
-    assert elapsed < 4
+    assert elapsed < 8  # within the 3 s deadline (bounds are loose: the machine may be loaded)
 
 
 @pytest.mark.parametrize("idempotent", [False, True])
@@ -175,7 +175,7 @@ def test_host_that_cannot_be_looked_up_is_a_definite_failure() -> None:
 def test_deadline_covers_a_trickling_body(server: RecordingServer, idempotent: bool) -> None:
     outcome, elapsed = run(api(server.url("/trickle/100"), timeout=2000), idempotent=idempotent)
     assert outcome == Outcome(AMBIGUOUS[idempotent], None, "timeout after 2000 ms")
-    assert 1.9 <= elapsed < 2.0 + 1.5
+    assert 1.9 <= elapsed < 6  # the body trickles for 100 s
     assert (server.wait_for_outcome() or "").startswith("client gone")  # the connection was closed
 
 
@@ -183,7 +183,7 @@ def test_deadline_covers_a_trickling_body(server: RecordingServer, idempotent: b
 def test_deadline_covers_waiting_for_the_answer(server: RecordingServer, idempotent: bool) -> None:
     outcome, elapsed = run(api(server.url("/slow/10"), timeout=1000), idempotent=idempotent)
     assert outcome == Outcome(AMBIGUOUS[idempotent], None, "timeout after 1000 ms")
-    assert elapsed < 2.5
+    assert elapsed < 6  # the server answers after 10 s
     assert (server.wait_for_outcome() or "").startswith("client gone")
 
 
@@ -218,7 +218,7 @@ def test_deadline_covers_connect_and_nothing_was_sent(unanswered_port: int, idem
     url = f"http://127.0.0.1:{unanswered_port}/ok"
     outcome, elapsed = run(api(url, timeout=1000), idempotent=idempotent)
     assert outcome == Outcome("failed", None, "timeout after 1000 ms; the request was not sent")
-    assert elapsed < 2.0
+    assert elapsed < 6  # the port never answers
 
 
 # --- byte limit ---------------------------------------------------------------------
@@ -233,7 +233,7 @@ def test_response_over_the_limit(server: RecordingServer, idempotent: bool) -> N
 def test_reading_stops_at_the_limit(server: RecordingServer) -> None:
     outcome, elapsed = run(api(server.url(f"/huge/{256 * 1024 * 1024}"), max_response_bytes=1000))
     assert outcome.status == "unknown"
-    assert elapsed < 2  # 256 MiB were not read
+    assert elapsed < 6  # 256 MiB were not read
     assert (server.wait_for_outcome() or "").startswith("client gone")
 
 
@@ -256,7 +256,7 @@ def test_cancellation_after_sending_closes_the_connection(server: RecordingServe
         timer.cancel()
         timer.join()
     assert outcome == Outcome(AMBIGUOUS[idempotent], None, "cancelled: closing")
-    assert 0.45 <= elapsed < 1.5
+    assert 0.45 <= elapsed < 6  # cancelled at 0.5 s; the server answers after 10 s
     assert (server.wait_for_outcome() or "").startswith("client gone")
 
 
@@ -270,7 +270,7 @@ def test_cancellation_while_connecting_is_interrupted(unanswered_port: int) -> N
         timer.cancel()
         timer.join()
     assert outcome == Outcome("interrupted", None, "cancelled: closing")
-    assert elapsed < 1.5
+    assert elapsed < 6  # the port never answers
 
 
 def test_cancelled_before_start_sends_nothing(server: RecordingServer) -> None:

@@ -192,3 +192,29 @@ def test_stored_templates_crud_and_preview(engine: Engine, receiver: RecordingSe
     reach.templates.delete("welcome")
     with pytest.raises(TemplateNotFoundError):
         reach.templates.get("welcome")
+
+
+def test_a_backlog_drains_in_back_to_back_rounds_of_at_most_100(engine: Engine, receiver: RecordingServer,
+                                                                clock_offset: None) -> None:
+    """250 messages held by do-not-disturb: the minute's round is full, so further rounds follow
+    at once (each still at most 100 rows) instead of leaving 150 for the next minutes."""
+    reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}, idempotent=True))
+    queued = {reach.send({"provider": "hook", "to": f"user-{i}", "body": "held"}).queue_id for i in range(250)}
+    set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # the window is over
+    rounds: list[int] = []
+    run_round = reach.run_round
+
+    def counted() -> Any:
+        report = run_round()
+        rounds.append(report.claimed)
+        return report
+
+    reach.run_round = counted  # type: ignore[method-assign]
+    reach.on_tick(reach._now())
+    deadline = time.monotonic() + 120
+    while reach.queue.counts()["sent"] < 250:
+        assert time.monotonic() < deadline, f"rounds so far: {rounds}, counts: {reach.queue.counts()}"
+        time.sleep(0.2)
+    assert rounds[:3] == [100, 100, 50]
+    keys = [request.header("Idempotency-Key") for request in receiver.requests]
+    assert sorted(keys) == sorted(queued) and len(set(keys)) == 250

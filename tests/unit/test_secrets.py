@@ -25,3 +25,13 @@ def test_params_and_repr_never_show_secrets() -> None:
     assert "ops" in text and "https://h/x" in text
     assert mask_values([{"secret": 1}, "plain"]) == [{"secret": "***"}, "plain"]
     assert mask_url("https://h/x") == "https://h/x" and mask_url("not a url") == "not a url"
+
+
+def test_webhook_tokens_in_paths_and_secret_query_values_are_masked() -> None:
+    slack = "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX1a"
+    assert mask_url(slack) == "https://hooks.slack.com/services/T00000000/B00000000/***"
+    discord = "https://discord.com/api/webhooks/123456789012345678/AbCdEf0123456789_token-part"
+    assert mask_url(discord) == "https://discord.com/api/webhooks/123456789012345678/***"
+    assert mask_url("https://api.example/v1/send?access_token=s3cr3t&to=ops#top") == (
+        "https://api.example/v1/send?access_token=***&to=ops#top")
+    assert mask_url("https://api.example/v1/reports/daily") == "https://api.example/v1/reports/daily"

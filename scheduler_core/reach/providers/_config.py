@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from scheduler_core.errors import InvalidRecipientError, ReachConfigError
-from scheduler_core.secrets import MASK, is_secret_name, mask_url
+from scheduler_core.secrets import mask_url
 
 DEFAULT_TIMEOUT_MS = 30_000
 TIMEOUT_RANGE_MS = (1_000, 86_400_000)
@@ -169,15 +169,8 @@ class Settings:
 
 
 def mask_endpoint(url: str) -> str:
-    """``url`` with its userinfo password and the values of secret-named query parameters masked."""
-    masked = mask_url(url)
-    head, question, query = masked.partition("?")
-    if not question:
-        return masked
-    query, hash_, fragment = query.partition("#")
-    items = [f"{key}={MASK}" if equals and is_secret_name(key) else f"{key}{equals}{value}"
-             for key, equals, value in (item.partition("=") for item in query.split("&"))]
-    return f"{head}?{'&'.join(items)}{hash_}{fragment}"
+    """``url`` with its userinfo password, secret-named query values and token-like path segments masked."""
+    return mask_url(url)
 
 
 # --- recipients -------------------------------------------------------------------------
