@@ -74,9 +74,9 @@ def _wait_healthy(url: str, process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 60
     while True:
         try:
-            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+            if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
                 return
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or the worker is still starting
             pass
         if process.poll() is not None:
             raise AssertionError(f"the dashboard exited: {process.communicate()[1][-3000:]}")
