@@ -117,9 +117,16 @@ class TaskDefinition:
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name not in stored)
 
 
+def _refuse_nul(value: str, field_name: str) -> None:
+    """NUL cannot be stored in PostgreSQL text or JSON: refused here, never a database error."""
+    if "\x00" in value:
+        raise ConfigError(field_name, "must not contain NUL characters")
+
+
 def validate_id(value: Any, field_name: str = "id") -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(field_name, "must be a non-empty string")
+    _refuse_nul(value, field_name)
     if len(value) > ID_MAX:
         raise ConfigError(field_name, f"must be at most {ID_MAX} characters (got {len(value)})")
     return value
@@ -132,12 +139,16 @@ def validate_optional_text(value: Any, field_name: str, limit: int) -> str | Non
         raise ConfigError(field_name, "must be a non-empty string or None")
     if len(value) > limit:
         raise ConfigError(field_name, f"must be at most {limit} characters (got {len(value)})")
+    _refuse_nul(value, field_name)
     return value
 
 
 def _check_json(value: Any, field_name: str) -> None:
     """Refuse what the JSON columns cannot store faithfully (NaN, sets, objects, ...)."""
-    if value is None or isinstance(value, str | bool):
+    if isinstance(value, str):
+        _refuse_nul(value, field_name)
+        return
+    if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
         if abs(value) > MAX_SAFE_INTEGER:
@@ -155,6 +166,7 @@ def _check_json(value: Any, field_name: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ConfigError(field_name, f"object keys must be strings (got {key!r})")
+            _refuse_nul(key, field_name)
             _check_json(item, f"{field_name}.{key}")
         return
     raise ConfigError(field_name, f"{type(value).__name__} is not JSON")
@@ -170,6 +182,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None) -> TaskDe
     validate_id(task.id)
     if not isinstance(task.name, str) or not task.name.strip() or len(task.name) > 255:
         raise ConfigError("name", "must be a non-empty string of at most 255 characters")
+    _refuse_nul(task.name, "name")
     description = validate_optional_text(task.description, "description", 10_000)
     cron = validate_cron(task.cron)
     timezone = validate_timezone(task.timezone)

@@ -112,6 +112,17 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () { localizeTimes(document); });
+
+  // Time filters typed as local wall times are read in the zone of an empty
+  // input[data-viewer-tz]: fill it with the browser's zone (without JS it stays UTC).
+  document.addEventListener("DOMContentLoaded", function () {
+    var zone = "";
+    try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { zone = ""; }
+    if (!zone) return;
+    Array.prototype.forEach.call(document.querySelectorAll("input[data-viewer-tz]"), function (el) {
+      if (!el.value) el.value = zone;
+    });
+  });
   // htmx:load fires on each piece of new content (and the body on start-up).
   document.addEventListener("htmx:load", function (evt) { localizeTimes(evt.detail && evt.detail.elt); });
   document.addEventListener("htmx:afterSwap", function (evt) { localizeTimes(evt.detail && evt.detail.target); });

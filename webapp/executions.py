@@ -13,23 +13,54 @@ from flask.typing import ResponseReturnValue
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.runtime.operations import EXECUTION_STATUSES
 from webapp.auth import require_role
+from webapp.logs import wants_fragment
 from webapp.node import scheduler_of
 
 bp = Blueprint("executions", __name__, url_prefix="/executions")
 PAGE = 50
+FILTER_FIELDS = ("status", "task")
+
+
+def _filters() -> tuple[str | None, str | None, dict[str, str]]:
+    status = request.args.get("status") or None
+    task_id = (request.args.get("task") or "").strip() or None
+    errors = {}
+    if status is not None and status not in EXECUTION_STATUSES:
+        errors["status"] = f"Choose one of {', '.join(EXECUTION_STATUSES)}."
+    if task_id is not None and len(task_id) > 128:
+        errors["task"] = "At most 128 characters."
+    return status, task_id, errors
 
 
 @bp.get("/")
 def index() -> ResponseReturnValue:
-    status = request.args.get("status") or None
-    task_id = request.args.get("task") or None
-    page = max(0, request.args.get("page", 0, type=int))
-    if status not in (None, *EXECUTION_STATUSES):
-        status = None
-    rows = scheduler_of(current_app).execution.recent(status, task_id, PAGE, page * PAGE)
-    template = "executions_rows.html" if request.headers.get("HX-Request") else "executions.html"
-    return render_template(template, rows=rows, status=status, task=task_id, page=page, page_size=PAGE,
-                           statuses=EXECUTION_STATUSES)
+    """The journal newest first, one keyset page (``before`` / ``after`` cursors), filtered."""
+    status, task_id, errors = _filters()
+    execution = scheduler_of(current_app).execution
+    page = None
+    if not errors:
+        try:
+            page = execution.page(status, task_id, PAGE, before=request.args.get("before") or None,
+                                  after=request.args.get("after") or None)
+        except ConfigError as exc:
+            errors[exc.field] = exc.message
+    fragment = wants_fragment()
+    link_args = {name: value for name, value in (("status", status), ("task", task_id)) if value}
+    context = {"page": page, "status": status, "task": task_id, "statuses": EXECUTION_STATUSES, "errors": errors,
+               "link_args": link_args, "fragment": fragment,
+               "general_errors": [m for f, m in errors.items() if f not in FILTER_FIELDS]}
+    code = 400 if errors and not fragment else 200  # htmx swaps no 4xx: a fragment shows its errors itself
+    if fragment:
+        return render_template("executions_rows.html", **context), code
+    return render_template("executions.html", running=execution.leases(), **context), code
+
+
+@bp.get("/running")
+def running() -> ResponseReturnValue:
+    """Executions running now with their owner and lease (refreshed every 5 s on the list page)."""
+    rows = scheduler_of(current_app).execution.leases()
+    template = "executions_running.html" if wants_fragment() else "executions_running_page.html"
+    return render_template(template, running=rows)
 
 
 @bp.get("/unknown")

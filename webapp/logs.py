@@ -1,7 +1,227 @@
-"""Logs: filters with keyset pagination; log failures with repair and repair-all."""
+"""Logs: filters with keyset pagination; log failures with repair and repair-all.
+
+- ``/logs/``: attempt logs newest first by (started_at, id). "Older" carries the cursor of the
+  last row shown (``before=<ms>.<id>``), "Newer" the first (``after=...``): a page costs one
+  index range scan however deep it is. Filters: task, status, trigger source, and a start
+  window. The window's inputs are ``datetime-local`` values read in the time zone named by
+  the ``tz`` field (the browser fills in its own zone; UTC without JavaScript); unix
+  milliseconds and ISO-8601 with an offset are accepted as they are.
+- ``/logs/<id>``: one attempt's output and error, secrets masked.
+- ``/logs/failures``: journal entries whose log projection is ``pending``, with "repair" per
+  row and "repair all" (operator), which drains at offset 0 and reports what it did.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from scheduler_core.errors import ConfigError, ExecutionNotFoundError, LogPersistFailedError
+from scheduler_core.runtime.operations import LOG_STATUSES
+from scheduler_core.secrets import MASK, is_secret_name, mask_url, mask_values
+from webapp.auth import require_role
+from webapp.node import scheduler_of
 
 bp = Blueprint("logs", __name__, url_prefix="/logs")
+PAGE = 50
+FAILURES_SHOWN = 100
+REPAIR_ALL_ROUNDS = 100  # up to 10,000 repairs per click; the page says how many remain
+MAX_FILTER = 128
+FILTER_FIELDS = ("task", "status", "source", "since", "until", "tz")
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*):[^/\s@]*@")
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>[\"']?\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)")
+_NOT_A_NAME = re.compile(r"(Error|Exception|Warning)$")
+_BEARER = re.compile(r"\b(?P<kind>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
+
+
+def wants_fragment() -> bool:
+    """An HTMX request for a part of the page. Boosted requests (``hx-boost`` forms, and the
+    page they are redirected to) want the whole page: htmx swaps it into the body."""
+    return bool(request.headers.get("HX-Request")) and not request.headers.get("HX-Boosted")
+
+
+# --- filters ----------------------------------------------------------------------------
+
+
+@dataclass
+class LogQuery:
+    """The filter form: what was typed (shown back as typed) and what it means."""
+
+    raw: dict[str, str]
+    task_id: str | None = None
+    status: str | None = None
+    source: str | None = None
+    since: int | None = None
+    until: int | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _zone(name: str) -> ZoneInfo | None:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def parse_instant(raw: str, zone: ZoneInfo) -> int:
+    """Unix ms from digits (already ms), ISO-8601 with an offset, or a local date-time in ``zone``."""
+    text = raw.strip()
+    if text.isascii() and text.isdigit():
+        return int(text)
+    moment = datetime.fromisoformat(text)  # ValueError when it is none of these
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return int(moment.timestamp() * 1000)
+
+
+def _text_filter(query: LogQuery, name: str) -> str | None:
+    value = query.raw[name]
+    if len(value) > MAX_FILTER:
+        query.errors[name] = f"At most {MAX_FILTER} characters."
+        return None
+    return value or None
+
+
+def read_filters(args: Any) -> LogQuery:
+    query = LogQuery({name: (args.get(name) or "").strip() for name in FILTER_FIELDS})
+    query.task_id = _text_filter(query, "task")
+    query.source = _text_filter(query, "source")
+    status = query.raw["status"] or None
+    if status is not None and status not in LOG_STATUSES:
+        query.errors["status"] = f"Choose one of {', '.join(LOG_STATUSES)}."
+    else:
+        query.status = status
+    zone = _zone(query.raw["tz"] or "UTC")
+    if zone is None:
+        query.errors["tz"] = "Unknown time zone; use a name such as Europe/Paris or UTC."
+        return query
+    for name in ("since", "until"):
+        if not query.raw[name]:
+            continue
+        try:
+            setattr(query, name, parse_instant(query.raw[name], zone))
+        except (ValueError, OverflowError):
+            query.errors[name] = "Use a date and time such as 2025-01-31T14:30 (or ISO-8601 with an offset)."
+    if query.since is not None and query.until is not None and query.since >= query.until:
+        query.errors["until"] = "Must be later than the start."
+    return query
+
+
+def _link_args(query: LogQuery) -> dict[str, str]:
+    """The filters as typed, for pager links (empty ones left out)."""
+    return {name: value for name, value in query.raw.items() if value}
+
+
+# --- masking ----------------------------------------------------------------------------
+
+
+def mask_text(text: str | None) -> str | None:
+    """Free text (an error message) with URL passwords, credentials and secret assignments masked."""
+    if text is None:
+        return None
+    masked = _URL.sub(lambda m: mask_url(m.group(0)), text)  # passwords, secret query values, token paths
+    masked = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", masked)  # unparsable URLs too
+    masked = _BEARER.sub(lambda m: f"{m['kind']} {MASK}", masked)
+    return _SECRET_ASSIGNMENT.sub(_masked_assignment, masked)
+
+
+def _masked_assignment(match: re.Match[str]) -> str:
+    name = match["name"]
+    if not is_secret_name(name) or _NOT_A_NAME.search(name):  # "KeyError: 'x'" names no secret
+        return match.group(0)
+    return f"{name}{match['sep']}{MASK}"
+
+
+def shown_result(result: Any) -> str | None:
+    """A result as indented JSON with secret-named values masked (strings: masked as text)."""
+    if result is None:
+        return None
+    if isinstance(result, str):
+        return mask_text(result)
+    return json.dumps(mask_values(result), indent=2, sort_keys=True, default=str)
+
+
+# --- pages ------------------------------------------------------------------------------
+
+
+@bp.get("/")
+def index() -> ResponseReturnValue:
+    query = read_filters(request.args)
+    page = None
+    if not query.errors:
+        try:
+            page = scheduler_of(current_app).execution.log_page(
+                query.task_id, query.status, query.source, query.since, query.until, PAGE,
+                before=request.args.get("before") or None, after=request.args.get("after") or None)
+        except ConfigError as exc:
+            query.errors[exc.field] = exc.message
+    fragment = wants_fragment()
+    general = [message for name, message in query.errors.items() if name not in FILTER_FIELDS]
+    # An HTMX swap shows its errors in the fragment (htmx swaps no 4xx answer), a page answers 400.
+    code = 400 if query.errors and not fragment else 200
+    return render_template("logs_rows.html" if fragment else "logs.html", page=page, query=query,
+                           link_args=_link_args(query), statuses=LOG_STATUSES, mask_text=mask_text,
+                           fragment=fragment, general_errors=general), code
+
+
+@bp.get("/entry/<log_id>")
+def detail(log_id: str) -> ResponseReturnValue:
+    log = scheduler_of(current_app).execution.log(log_id)
+    if log is None:
+        abort(404, description=f"No log row {log_id!r} (pruned, or not projected yet).")
+    return render_template("logs_detail.html", log=log, error=mask_text(log.error), result=shown_result(log.result))
+
+
+@bp.get("/failures")
+def failures() -> ResponseReturnValue:
+    execution = scheduler_of(current_app).execution
+    rows = execution.list_log_failures(FAILURES_SHOWN, 0)
+    template = "logs_failures_rows.html" if wants_fragment() else "logs_failures.html"
+    return render_template(template, rows=rows, count=execution.log_failure_count())
+
+
+@bp.post("/failures/<occurrence_id>/repair")
+@require_role("operator")
+def repair(occurrence_id: str) -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    try:
+        result = scheduler.execution.repair_log(occurrence_id)
+    except ExecutionNotFoundError:
+        flash(f"There is no execution {occurrence_id}. Nothing was changed.", "error")
+        return redirect(url_for("logs.failures"), 303)
+    except LogPersistFailedError as exc:
+        flash(f"Repair of {occurrence_id} failed: {mask_text(exc.message)}. Nothing was changed.", "error")
+        return redirect(url_for("logs.failures"), 303)
+    if not result.repaired:
+        flash(f"The log of {occurrence_id} is already {result.log_persistence or 'not pending'} "
+              "(someone else may have repaired it). Nothing was changed.", "info")
+        return redirect(url_for("logs.failures"), 303)
+    scheduler.audit.record(g.user.name, "log.repair", occurrence_id, before={"log_persistence": "pending"},
+                           after={"log_persistence": result.log_persistence})
+    flash(f"The log of {occurrence_id} was written from the journal.", "success")
+    return redirect(url_for("logs.failures"), 303)
+
+
+@bp.post("/failures/repair-all")
+@require_role("operator")
+def repair_all() -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    before = scheduler.execution.log_failure_count()
+    result = scheduler.execution.repair_all(REPAIR_ALL_ROUNDS)
+    scheduler.audit.record(g.user.name, "log.repair_all", "log failures", before={"pending": before.label},
+                           after={"repaired": result.repaired, "failed": result.failed,
+                                  "remaining": result.remaining.label, "rounds": result.rounds})
+    message = f"Repaired {result.repaired:,} log(s); {result.remaining.label} remain."
+    if result.failed:
+        message += f" {result.failed:,} could not be repaired (see the server log)."
+    flash(message, "success" if not result.remaining.value else "warning")
+    return redirect(url_for("logs.failures"), 303)

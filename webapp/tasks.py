@@ -1,7 +1,366 @@
-"""Tasks: list with search, create / edit forms (api and hook), enable / disable, delete, trigger, detail."""
+"""Tasks: list with search, create / edit forms (api and hook), enable / disable, delete, trigger, detail.
+
+- ``/tasks/``: server-side search (``status:failed kind:api enabled:false tz:Europe/Berlin
+  nightly``), keyset pages by id; the search box swaps the rows as you type (HTMX).
+- ``/tasks/new``, ``/tasks/<id>/edit`` (admin): api and hook tasks only; code tasks are
+  shown read-only and any attempt to post a code handler is refused. Edits carry the task's
+  ``updated_at`` (compare-and-set). ``/tasks/cron-preview`` is the live schedule preview.
+- ``/tasks/<id>``: definition (masked), next runs, occurrences newest first (live while one
+  runs), rerun from history (operator).
+- enable / disable / delete (admin, compare-and-set), trigger (operator; never waits for the run).
+Every action lands in the audit trail with masked before / after.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo, available_timezones
+
+from flask import Blueprint, Response, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+
+from scheduler_core.cron import describe, manual_occurrence_id
+from scheduler_core.errors import (
+    ConfigError,
+    ConflictError,
+    ExecutionNotFoundError,
+    InvalidCronError,
+    TaskAlreadyExistsError,
+)
+from scheduler_core.model import TaskDefinition
+from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
+from webapp.auth import require_role
+from webapp.node import scheduler_of
+from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm
 
 bp = Blueprint("tasks", __name__, url_prefix="/tasks")
+PAGE = 50
+HISTORY_PAGE = 25
+CONFLICT = ("This task changed since the page was loaded (someone else may have edited it). "
+            "Nothing was changed; review it again.")
+
+
+# --- display helpers -------------------------------------------------------------------------
+
+
+@bp.app_template_filter("zoned")
+def zoned(ms: int | None, zone: str = "UTC") -> str:
+    """Unix ms as wall-clock time in ``zone`` (the task's zone, not the viewer's)."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+@bp.app_template_filter("utc")
+def utc(ms: int | None) -> str:
+    return "" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@bp.app_template_filter("cron_text")
+def cron_text(expr: str) -> str:
+    try:
+        return describe(expr)
+    except InvalidCronError:
+        return ""
+
+
+def _is_fragment() -> bool:
+    return bool(request.headers.get("HX-Request"))
+
+
+def _log_links() -> bool:
+    return "logs.detail" in current_app.view_functions
+
+
+def _expected_updated_at() -> int | None:
+    return request.form.get("expected_updated_at", type=int)
+
+
+def _audit(action: str, target: str, before: Any = None, after: Any = None) -> None:
+    scheduler_of(current_app).audit.record(g.user.name, action, target, before=before, after=after)
+
+
+# --- list ---------------------------------------------------------------------------------
+
+
+@bp.get("/")
+def index() -> ResponseReturnValue:
+    query = request.args.get("q", "")
+    after = request.args.get("after") or None
+    before = request.args.get("before") or None
+    context: dict[str, Any] = {"q": query, "fields": SEARCH_FIELDS, "statuses": SEARCH_STATUSES}
+    try:
+        page = scheduler_of(current_app).task_ops.search(query, PAGE, after=after, before=before)
+    except ConfigError as exc:
+        return _search_error(context, exc)
+    context.update(page=page, error=None)
+    if _is_fragment():
+        return render_template("tasks_rows.html", oob=True, **context)
+    return render_template("tasks.html", **context)
+
+
+def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnValue:
+    """A bad search: the message next to the search box, and the rows shown stay as they were."""
+    message = exc.message.removeprefix(f"{exc.field}: ")
+    if _is_fragment():
+        response = Response(render_template("tasks_search_error.html", error=message))
+        response.headers["HX-Reswap"] = "none"  # keep the rows; the error goes out of band
+        response.headers["HX-Push-Url"] = "false"
+        return response
+    return render_template("tasks.html", page=None, error=message, **context), 400
+
+
+# --- cron preview ------------------------------------------------------------------------------
+
+
+@bp.get("/cron-preview")
+def cron_preview() -> ResponseReturnValue:
+    """What a schedule being typed means (an HTMX fragment of the form)."""
+    return render_template("tasks_cron_preview.html", **_preview(request.args.get("cron", ""),
+                                                                 request.args.get("timezone", "")))
+
+
+def _preview(cron: str, timezone: str) -> dict[str, Any]:
+    if not cron.strip():
+        return {"preview": None, "preview_error": None}
+    try:
+        return {"preview": scheduler_of(current_app).task_ops.preview(cron, timezone.strip() or None),
+                "preview_error": None}
+    except InvalidCronError as exc:
+        return {"preview": None, "preview_error": exc.message.removeprefix("cron: ")}
+    except ConfigError as exc:
+        return {"preview": None, "preview_error": exc.message}
+
+
+# --- create / edit ------------------------------------------------------------------------------
+
+
+def _render_form(form: TaskForm, task: TaskDefinition | None, status: int = 200) -> ResponseReturnValue:
+    shown = form.masked()
+    return render_template("task_form.html", form=shown, task=task, methods=METHODS,
+                           zones=_zone_names(), **_preview(shown.values["cron"], shown.values["timezone"])), status
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> list[str]:
+    """Suggestions for the time zone box (the core still validates what is typed)."""
+    return sorted({zone for zone in available_timezones() if "/" in zone and not zone.startswith(("Etc/", "SystemV/"))}
+                  | {"UTC"})
+
+
+@bp.get("/new")
+@require_role("admin")
+def new() -> ResponseReturnValue:
+    return _render_form(TaskForm.blank(), None)
+
+
+@bp.post("/new")
+@require_role("admin")
+def create() -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    form = TaskForm.from_request(request.form)
+    definition = form.definition(None)
+    if definition is None:
+        return _render_form(form, None, 400)
+    try:
+        stored = scheduler.register(definition)
+    except (ConfigError, InvalidCronError, TaskAlreadyExistsError) as exc:
+        form.fail(exc)
+        return _render_form(form, None, 400)
+    _audit("task.create", stored.id, after=stored.masked())
+    flash(f"Task {stored.id} created.", "success")
+    return redirect(url_for("tasks.detail", task_id=stored.id), 303)
+
+
+@bp.get("/<path:task_id>/edit")
+@require_role("admin")
+def edit(task_id: str) -> ResponseReturnValue:
+    task = scheduler_of(current_app).task_ops.get(task_id)
+    if task.handler_kind in CODE_KINDS:
+        flash(f"{task.handler_kind} tasks are read-only here: their code is defined in the application.", "info")
+        return redirect(url_for("tasks.detail", task_id=task_id), 303)
+    return _render_form(TaskForm.from_task(task), task)
+
+
+@bp.post("/<path:task_id>/edit")
+@require_role("admin")
+def update(task_id: str) -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    current = scheduler.task_ops.get(task_id)
+    form = TaskForm.from_request(request.form)
+    if current.handler_kind in CODE_KINDS:
+        form.errors["kind"] = CODE_REFUSED
+        return _render_form(form, current, 400)
+    expected = _expected_updated_at()
+    if expected is None:
+        form.errors["form"] = "The form is missing the task's version; reload the page."
+    definition = form.definition(current)
+    if definition is None or expected is None:
+        return _render_form(form, current, 400)
+    changes = {name: getattr(definition, name) for name in (
+        "name", "description", "cron", "timezone", "enabled", "idempotent", "delete_after_run", "retry", "handler",
+        "params")}
+    try:
+        stored = scheduler.update_task(task_id, expected_updated_at=expected, **changes)
+    except ConflictError:
+        flash(CONFLICT, "error")
+        return redirect(url_for("tasks.edit", task_id=task_id), 303)
+    except (ConfigError, InvalidCronError) as exc:
+        form.fail(exc)
+        return _render_form(form, current, 400)
+    _audit("task.update", task_id, before=current.masked(), after=stored.masked())
+    flash(f"Task {task_id} saved.", "success")
+    return redirect(url_for("tasks.detail", task_id=task_id), 303)
+
+
+# --- enable / disable / delete ------------------------------------------------------------------
+
+
+@bp.post("/<path:task_id>/enable")
+@require_role("admin")
+def enable(task_id: str) -> ResponseReturnValue:
+    return _set_enabled(task_id, True)
+
+
+@bp.post("/<path:task_id>/disable")
+@require_role("admin")
+def disable(task_id: str) -> ResponseReturnValue:
+    return _set_enabled(task_id, False)
+
+
+def _set_enabled(task_id: str, enabled: bool) -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    current = scheduler.task_ops.get(task_id)
+    expected = _expected_updated_at()
+    if expected is None:
+        abort(400, "The form is missing the task's version; reload the page.")
+    try:
+        stored = scheduler.update_task(task_id, expected_updated_at=expected, enabled=enabled)
+    except ConflictError:
+        flash(CONFLICT, "error")
+        return redirect(url_for("tasks.detail", task_id=task_id), 303)
+    verb = "enable" if enabled else "disable"
+    _audit(f"task.{verb}", task_id, before=current.masked(), after=stored.masked())
+    flash(f"Task {task_id} {verb}d.", "success")
+    return redirect(url_for("tasks.detail", task_id=task_id), 303)
+
+
+@bp.get("/<path:task_id>/delete")
+@require_role("admin")
+def confirm_delete(task_id: str) -> ResponseReturnValue:
+    return render_template("task_delete.html", task=scheduler_of(current_app).task_ops.get(task_id))
+
+
+@bp.post("/<path:task_id>/delete")
+@require_role("admin")
+def delete(task_id: str) -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    task = scheduler.task_ops.get(task_id)
+    expected = _expected_updated_at()
+    if expected is None:
+        return render_template("task_delete.html", task=task,
+                               error="The form is missing the task's version; reload the page."), 400
+    try:
+        deleted = scheduler.task_ops.delete(task_id, expected)
+    except ConflictError:
+        flash(CONFLICT, "error")
+        return redirect(url_for("tasks.confirm_delete", task_id=task_id), 303)
+    _audit("task.delete", task_id, before=deleted.masked())
+    flash(f"Task {task_id} deleted.", "success")
+    return redirect(url_for("tasks.index"), 303)
+
+
+# --- trigger / rerun -----------------------------------------------------------------------------
+
+
+@bp.post("/<path:task_id>/trigger")
+@require_role("operator")
+def trigger(task_id: str) -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    task = scheduler.task_ops.get(task_id)
+    key = request.form.get("idempotency_key", "").strip() or None
+    source = request.form.get("source", "").strip() or f"dashboard:{g.user.name}"
+    existed = key is not None and "\x00" not in key and _journaled(manual_occurrence_id(task_id, key))
+    try:
+        occurrence = scheduler.submit(task_id, source=source, idempotency_key=key)
+    except ConfigError as exc:
+        return _detail(task, {exc.field: exc.message.removeprefix(f"{exc.field}: ")},
+                       {"idempotency_key": key or "", "source": request.form.get("source", "")}), 400
+    execution = scheduler.execution.get(occurrence)
+    _audit("task.trigger", task_id, after={"occurrence_id": occurrence, "status": execution.status,
+                                           "source": source, "idempotency_key": key, "existing": existed})
+    if existed:
+        flash(f"Occurrence {occurrence} for idempotency key {key} already exists ({execution.status}); "
+              "it was not run again.", "info")
+    else:
+        _flash_started(task_id, occurrence, execution.status, execution.reason)
+    return redirect(url_for("tasks.detail", task_id=task_id), 303)
+
+
+def _journaled(occurrence_id: str) -> bool:
+    try:
+        scheduler_of(current_app).execution.get(occurrence_id)
+    except ExecutionNotFoundError:
+        return False
+    return True
+
+
+@bp.post("/<path:task_id>/occurrences/<occurrence_id>/rerun")
+@require_role("operator")
+def rerun(task_id: str, occurrence_id: str) -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    scheduler.task_ops.get(task_id)
+    try:
+        original = scheduler.execution.get(occurrence_id)
+    except ExecutionNotFoundError:
+        original = None
+    if original is None or original.task_id != task_id:
+        abort(404, f"Task {task_id} has no occurrence {occurrence_id}.")
+    occurrence = scheduler.submit(task_id, source=f"rerun:{occurrence_id}")
+    execution = scheduler.execution.get(occurrence)
+    _audit("task.rerun", task_id, before={"occurrence_id": occurrence_id, "status": original.status},
+           after={"occurrence_id": occurrence, "status": execution.status, "source": execution.source})
+    _flash_started(task_id, occurrence, execution.status, execution.reason)
+    return redirect(url_for("tasks.detail", task_id=task_id), 303)
+
+
+def _flash_started(task_id: str, occurrence: str, status: str, reason: str | None) -> None:
+    if status == "skipped":
+        flash(f"Task {task_id} was not started: occurrence {occurrence} is skipped ({reason or 'slot busy'}); "
+              "another execution of this task holds its slot.", "warning")
+    else:
+        flash(f"Task {task_id} started: occurrence {occurrence} ({status}).", "success")
+
+
+# --- detail ----------------------------------------------------------------------------------------
+
+
+@bp.get("/<path:task_id>")
+def detail(task_id: str) -> ResponseReturnValue:
+    task = scheduler_of(current_app).task_ops.get(task_id)
+    if _is_fragment():
+        return occurrences(task_id)
+    return _detail(task, {}, {})
+
+
+def _detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str]) -> str:
+    ops = scheduler_of(current_app).task_ops
+    history = ops.occurrences(task.id, HISTORY_PAGE, request.args.get("before") or None)
+    definition = task.masked()
+    code = definition["handler"].pop("code", None) if definition["handler"] else None
+    return render_template("task_detail.html", task=task, definition=definition, code=code,
+                           next_runs=ops.next_runs(task),
+                           history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
+                           log_links=_log_links(), code_kinds=CODE_KINDS)
+
+
+@bp.get("/<path:task_id>/occurrences")
+def occurrences(task_id: str) -> ResponseReturnValue:
+    """The history fragment (re-fetched every 5 s while one of its rows is running)."""
+    ops = scheduler_of(current_app).task_ops
+    task = ops.get(task_id)
+    before = request.args.get("before") or None
+    return render_template("task_occurrences.html", task=task, history=ops.occurrences(task_id, HISTORY_PAGE, before),
+                           before=before, log_links=_log_links())

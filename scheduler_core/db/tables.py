@@ -118,11 +118,13 @@ executions = Table(
     _ms("updated_at"),
     UniqueConstraint("task_id", "idempotency_key"),
     Index(None, "status", "lease_until"),  # expiry scan
-    Index(None, "status", "updated_at"),  # unknown review, status filters
-    Index(None, "task_id", "created_at"),  # task detail history
-    Index(None, "log_persistence", "updated_at"),  # log failures
+    Index(None, "status", "updated_at"),  # unknown review
+    # Keyset pages, newest first by (created_at, occurrence_id), per filter (migration 0005):
+    Index(None, "created_at", "occurrence_id"),  # the journal list, time windows
+    Index(None, "status", "created_at", "occurrence_id"),  # status filter, counts, overview chart
+    Index(None, "task_id", "created_at", "occurrence_id"),  # task filter, task detail history
+    Index(None, "log_persistence", "updated_at", "occurrence_id"),  # log failures in repair order
     Index(None, "owner_node", "status"),  # leases per node
-    Index(None, "created_at"),  # overview chart, time filters
     **MYSQL_TABLE_OPTIONS,
 )
 
@@ -146,9 +148,10 @@ logs = Table(
     Column("result", Json, nullable=True),
     _ms("created_at"),
     Index(None, "started_at", "id"),  # keyset pagination, retention
-    Index(None, "task_id", "started_at"),
-    Index(None, "status", "started_at"),
-    Index(None, "source", "started_at"),
+    # Keyset pages per filter, newest first by (started_at, id) (migration 0005):
+    Index(None, "task_id", "started_at", "id"),
+    Index(None, "status", "started_at", "id"),
+    Index(None, "source", "started_at", "id"),
     Index(None, "occurrence_id"),
     **MYSQL_TABLE_OPTIONS,
 )
@@ -220,7 +223,7 @@ reach_queue = Table(
     _ms("updated_at"),
     Index(None, "status", "next_attempt_at"),  # rounds: due pending rows
     Index(None, "status", "locked_until"),  # expired leases
-    Index(None, "status", "updated_at"),  # dead / unknown lists
+    Index(None, "status", "updated_at", "queue_id"),  # dead / unknown lists (keyset pages)
     **MYSQL_TABLE_OPTIONS,
 )
 

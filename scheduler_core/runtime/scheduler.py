@@ -32,6 +32,7 @@ from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.node import Node, claimed_execution
 from scheduler_core.runtime.operations import ExecutionOperations, check_page, log_of_execution
 from scheduler_core.runtime.runner import Ownership, Runner
+from scheduler_core.runtime.task_operations import TaskOperations
 from scheduler_core.store import (
     ClaimRequest,
     ExecutionRepository,
@@ -70,6 +71,7 @@ class Scheduler:
         self.execution = ExecutionOperations(self)
         self.users = Accounts(engine)
         self.audit = AuditTrail(engine)
+        self.task_ops = TaskOperations(self)
 
     # --- properties -----------------------------------------------------------------
 
@@ -301,6 +303,32 @@ class Scheduler:
         With ``idempotency_key`` the occurrence id is derived from (task, key): repeating the
         call returns the same record instead of running again.
         """
+        occurrence_id, runner = self._claim_manual(task_id, source, idempotency_key)
+        if runner is not None:
+            return runner.run()
+        return self._wait_for_record(occurrence_id)
+
+    def submit(self, task_id: str, source: str | None = None, idempotency_key: str | None = None) -> str:
+        """Run a task now in the background; return its occurrence id once the claim is committed.
+
+        Same claim as ``trigger`` (slot busy: journaled ``skipped``; a repeated
+        ``idempotency_key``: the existing occurrence's id, nothing runs again), but the caller
+        does not wait: the run is a registered runner on its own thread, so ``close()``
+        cancels it and waits for it like any other.
+        """
+        occurrence_id, runner = self._claim_manual(task_id, source, idempotency_key)
+        if runner is not None:
+            if self._closing.is_set():
+                runner.signal.cancel("closing")  # close() already cancelled the others: end before starting
+            try:
+                threading.Thread(target=runner.run, name=f"hai-submit-{occurrence_id[:8]}", daemon=True).start()
+            except RuntimeError:  # no thread: the lease is no longer renewed, and expiry recovers the row
+                self.context().unregister_runner(runner)
+                raise
+        return occurrence_id
+
+    def _claim_manual(self, task_id: str, source: str | None, idempotency_key: str | None) -> tuple[str, Runner | None]:
+        """Journal a manual occurrence; the registered runner when this node won its slot."""
         ctx = self.context()
         source = validate_optional_text(source, "source", 128)
         key = validate_optional_text(idempotency_key, "idempotency_key", 128)
@@ -313,12 +341,12 @@ class Scheduler:
                                source=source, idempotency_key=key)
         ctx.clock.observe(ctx.tasks.tick_snapshot().now_ms)  # before the claim: nothing may fail after it
         (result,) = ctx.executions.claim([request])
-        if result.outcome == "claimed":
-            runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token, None, [],
-                                           reread=True))
-            ctx.register_runner(runner)
-            return runner.run()
-        return self._wait_for_record(occurrence_id)
+        if result.outcome != "claimed":
+            return occurrence_id, None
+        runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token, None, [],
+                                       reread=True))
+        ctx.register_runner(runner)  # before it runs: close() waits for it from now on
+        return occurrence_id, runner
 
     def _wait_for_record(self, occurrence_id: str) -> ExecutionLog:
         """Somebody journaled this occurrence (a repeat key, or slot busy): report its outcome."""

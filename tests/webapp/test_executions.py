@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html
+import re
+import threading
 from typing import Any
 
 from flask import Flask
@@ -9,7 +12,9 @@ from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
+from scheduler_core.db.tables import executions
 from tests.helpers.journal import abandon_running_execution, wait_for_status
+from tests.integration.test_journal_queries import execution_row, insert_rows
 from tests.webapp.conftest import Auth, csrf_token
 
 
@@ -77,3 +82,84 @@ def test_viewer_cannot_resolve(app: Flask, client: FlaskClient, auth: Auth) -> N
                        expected_updated_at=unknown.updated_at)
     assert refused.status_code == 403
     assert app.extensions["hai_scheduler"].execution.get(unknown.occurrence_id).status == "unknown"
+
+
+# --- the journal list: keyset pages, filters, running now ---------------------------------------
+
+CODE = re.compile(r"<code>([^<]+)</code>")
+OLDER = re.compile(r'<a [^>]*href="([^"]+)"[^>]*rel="next"')
+
+
+def _journal_ids(page: str) -> list[str]:
+    """Occurrence ids of the journal table (after the running-now section)."""
+    return CODE.findall(page.split('id="rows"', 1)[-1])
+
+
+def _walk(client: FlaskClient, url: str) -> list[str]:
+    seen: list[str] = []
+    while True:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        page = response.get_data(as_text=True)
+        seen += _journal_ids(page)
+        older = OLDER.search(page)
+        if older is None:
+            return seen
+        url = html.unescape(older.group(1))
+
+
+def test_keyset_pages_walk_every_execution_once(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    rows = [execution_row(f"occ-{i:03d}", 1_700_000_000_000 + i // 7, ("success", "failed")[i % 2],
+                          task_id=("a", "b", "c")[i % 3]) for i in range(111)]  # seven rows share a created_at
+    insert_rows(app.extensions["hai_engine"], executions, rows)
+    newest_first = sorted(rows, key=lambda r: (r["created_at"], r["occurrence_id"]), reverse=True)
+    app.extensions["hai_scheduler"].users.create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
+    auth.login("viewer1", "viewer-pw-1")
+    assert _walk(client, "/executions/") == [r["occurrence_id"] for r in newest_first]
+    assert _walk(client, "/executions/?status=failed&task=b") == [
+        r["occurrence_id"] for r in newest_first if r["status"] == "failed" and r["task_id"] == "b"]
+    first = client.get("/executions/").get_data(as_text=True)
+    second = client.get(html.unescape(OLDER.search(first).group(1)), headers={"HX-Request": "true"})
+    body = second.get_data(as_text=True)
+    assert "<html" not in body and "Newer" in body and 'hx-target="#rows"' in body
+    assert _journal_ids(body) == [r["occurrence_id"] for r in newest_first[50:100]]
+
+
+def test_bad_filters_name_their_field(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    auth.login()
+    for query, message in (("status=exploded", "Choose one of"), ("task=" + "t" * 129, "At most 128"),
+                           ("before=nonsense", "before: must be a page cursor")):
+        response = client.get(f"/executions/?{query}")
+        assert response.status_code == 400 and message in response.get_data(as_text=True), query
+    fragment = client.get("/executions/?status=exploded", headers={"HX-Request": "true"})
+    assert fragment.status_code == 200 and 'role="alert"' in fragment.get_data(as_text=True)
+
+
+def test_running_now_refreshes(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    scheduler = app.extensions["hai_scheduler"]
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(event: Any) -> Any:
+        entered.set()
+        release.wait(10)
+        return "ok"
+
+    scheduler.set_hooks({"on_task_execute": slow})
+    scheduler.register(TaskDefinition(id="slow", name="Slow", cron="0 2 * * *"))
+    scheduler.start()
+    worker = threading.Thread(target=scheduler.trigger, args=("slow",))
+    worker.start()
+    try:
+        assert entered.wait(10)
+        auth.login()
+        page = client.get("/executions/").get_data(as_text=True)
+        assert 'hx-get="/executions/running" hx-trigger="every 5s"' in page
+        fragment = client.get("/executions/running", headers={"HX-Request": "true"}).get_data(as_text=True)
+        assert "<html" not in fragment and "<td>slow</td>" in fragment and scheduler.config.node_id in fragment
+        assert "<td>slow</td>" in client.get("/executions/running").get_data(as_text=True)  # a page without HTMX
+    finally:
+        release.set()
+        worker.join()
+        scheduler.stop()
+    assert "<td>slow</td>" not in client.get("/executions/running", headers={"HX-Request": "true"}).get_data(
+        as_text=True)

@@ -1,0 +1,232 @@
+"""Read-only queries over the journal (``executions``) and the log table for the operator's pages.
+
+Lists are keyset pages, newest first: ``WHERE sort_key <= :key AND (sort_key, id) < (:key, :id)
+ORDER BY sort_key DESC, id DESC LIMIT n + 1``. Each filter has an index that ends in
+``(sort_key, id)`` after its equality column (migration 0005), so the first page and the
+ten-thousandth cost the same index range scan -- no OFFSET, no sort. The redundant
+``sort_key <= :key`` gives MySQL / MariaDB, which do not range-scan row comparisons, the range.
+
+Counts shown on every page view are bounded: they count at most ``cap + 1`` index entries
+(``SELECT count(*) FROM (SELECT 1 ... LIMIT cap + 1)``), so a million rows cost what ``cap``
+rows cost; the page shows ``cap+``.
+
+Times that decide a window (the hourly chart, nodes alive) are read from the database clock
+first and then compared as literals: ``SYSDATE(3)`` inside a MySQL WHERE prevents range scans.
+
+No statement here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import ColumnElement, Select, and_, func, select, tuple_
+from sqlalchemy.engine import Connection, Engine, Row
+
+from scheduler_core.db.clock import db_now_ms, to_ms
+from scheduler_core.db.tables import executions, logs, nodes, tasks
+from scheduler_core.model import Execution, ExecutionLog
+from scheduler_core.store.dialect import read
+from scheduler_core.store.executions import execution_from_row
+from scheduler_core.store.logs import LogFilter, log_from_row
+
+T = TypeVar("T")
+HOUR_MS = 3_600_000
+FAILURE_STATUSES = ("failed", "interrupted", "unknown")  # what the chart counts as failures
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A position in a newest-first list: the row's sort key (ms) and its id (the tie-breaker)."""
+
+    key: int
+    id: str
+
+    def token(self) -> str:
+        """The cursor as it travels in a URL: ``<ms>.<id>`` (ms has no dot; the id may)."""
+        return f"{self.key}.{self.id}"
+
+
+@dataclass(frozen=True)
+class KeysetPage(Generic[T]):
+    """One page of a newest-first list and the cursors of its neighbours (None at either end)."""
+
+    rows: list[T]
+    older: Cursor | None  # pass as ``before`` for the next, older page
+    newer: Cursor | None  # pass as ``after`` for the previous, newer page
+
+
+@dataclass(frozen=True)
+class BoundedCount:
+    """A count that stopped at ``cap``: ``value`` is exact when ``more`` is False."""
+
+    value: int
+    more: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.value:,}+" if self.more else f"{self.value:,}"
+
+
+@dataclass(frozen=True)
+class HourBucket:
+    """Journal rows created in the hour starting at ``start`` (UTC ms, DB clock)."""
+
+    start: int
+    total: int
+    failures: int
+
+
+def _keyset(query: Select[Any], key: ColumnElement[int], ident: ColumnElement[str], limit: int,
+            before: Cursor | None, after: Cursor | None) -> Select[Any]:
+    if after is not None:  # the page just newer than ``after``: read upwards, the caller reverses
+        query = query.where(key >= after.key, tuple_(key, ident) > tuple_(after.key, after.id))
+        return query.order_by(key.asc(), ident.asc()).limit(limit + 1)
+    if before is not None:
+        query = query.where(key <= before.key, tuple_(key, ident) < tuple_(before.key, before.id))
+    return query.order_by(key.desc(), ident.desc()).limit(limit + 1)
+
+
+def _fetch(engine: Engine, base: Select[Any], key: ColumnElement[int], ident: ColumnElement[str],
+           convert: Callable[[Row[Any]], T], cursor_of: Callable[[T], Cursor], limit: int, before: Cursor | None,
+           after: Cursor | None) -> KeysetPage[T]:
+    """Read ``limit + 1`` rows past the cursor, trim them to a page and work out the neighbours.
+
+    A newer page (``after``) that reaches the newest row is the first page instead: it is
+    then full, as the operator expects at the top of the list.
+    """
+
+    def load(before: Cursor | None, after: Cursor | None) -> list[T]:
+        query = _keyset(base, key, ident, limit, before, after)
+        return read(engine, lambda conn: [convert(r) for r in conn.execute(query)])
+
+    found = load(before, after)
+    if after is not None:
+        if len(found) <= limit:
+            return _fetch(engine, base, key, ident, convert, cursor_of, limit, None, None)
+        rows = list(reversed(found[:limit]))
+        return KeysetPage(rows, cursor_of(rows[-1]), cursor_of(rows[0]))
+    rows = found[:limit]
+    older = cursor_of(rows[-1]) if len(found) > limit else None
+    newer = cursor_of(rows[0]) if before is not None and rows else None
+    return KeysetPage(rows, older, newer)
+
+
+def _bounded(conn: Connection, query: Select[Any], cap: int) -> BoundedCount:
+    limited = query.limit(cap + 1).subquery()
+    found = int(conn.execute(select(func.count()).select_from(limited)).scalar_one())
+    return BoundedCount(min(found, cap), found > cap)
+
+
+class JournalQueries:
+    """The dashboard's reads of the journal, logs, tasks and nodes."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # --- lists ------------------------------------------------------------------------
+
+    def execution_page(self, status: str | None, task_id: str | None, limit: int, before: Cursor | None = None,
+                       after: Cursor | None = None) -> KeysetPage[Execution]:
+        """Journal rows newest first by (created_at, occurrence_id), optionally one status / task.
+
+        Indexes: (created_at, occurrence_id), (status, created_at, occurrence_id),
+        (task_id, created_at, occurrence_id).
+        """
+        query = select(executions)
+        if status is not None:
+            query = query.where(executions.c.status == status)
+        if task_id is not None:
+            query = query.where(executions.c.task_id == task_id)
+        return _fetch(self.engine, query, executions.c.created_at, executions.c.occurrence_id, execution_from_row,
+                      lambda e: Cursor(e.created_at, e.occurrence_id), limit, before, after)
+
+    def log_page(self, where: LogFilter, limit: int, before: Cursor | None = None,
+                 after: Cursor | None = None) -> KeysetPage[ExecutionLog]:
+        """Log rows newest first by (started_at, id), filtered.
+
+        Indexes: (started_at, id), (task_id, started_at, id), (status, started_at, id),
+        (source, started_at, id); the time window is a range on started_at in each of them.
+        """
+        query = select(logs)
+        if where.task_id is not None:
+            query = query.where(logs.c.task_id == where.task_id)
+        if where.status is not None:
+            query = query.where(logs.c.status == where.status)
+        if where.trigger_source is not None:
+            query = query.where(logs.c.source == where.trigger_source)
+        if where.started_after is not None:
+            query = query.where(logs.c.started_at >= where.started_after)
+        if where.started_before is not None:
+            query = query.where(logs.c.started_at < where.started_before)
+        return _fetch(self.engine, query, logs.c.started_at, logs.c.id, log_from_row,
+                      lambda log: Cursor(log.started_at or 0, log.id), limit, before, after)
+
+    def log(self, log_id: str) -> ExecutionLog | None:
+        query = select(logs).where(logs.c.id == log_id)
+        row = read(self.engine, lambda conn: conn.execute(query).first())
+        return log_from_row(row) if row is not None else None
+
+    # --- counts -----------------------------------------------------------------------
+
+    def status_counts(self, statuses: Sequence[str], cap: int) -> dict[str, BoundedCount]:
+        """Journal rows per status, each counted up to ``cap`` on the (status, ...) index."""
+
+        def work(conn: Connection) -> dict[str, BoundedCount]:
+            return {s: _bounded(conn, select(executions.c.occurrence_id).where(executions.c.status == s), cap)
+                    for s in statuses}
+
+        return read(self.engine, work)
+
+    def log_failure_count(self, cap: int) -> BoundedCount:
+        """Journal rows whose log projection is pending, up to ``cap`` (the log_persistence index)."""
+        query = select(executions.c.occurrence_id).where(executions.c.log_persistence == "pending")
+        return read(self.engine, lambda conn: _bounded(conn, query, cap))
+
+    def task_count(self) -> int:
+        """Stored tasks (a primary-key index scan over at most some ten thousand rows)."""
+        return int(read(self.engine, lambda conn: conn.execute(select(func.count()).select_from(tasks))
+                        .scalar_one()))
+
+    def nodes_alive(self, within_ms: int) -> int:
+        """Nodes not stopped whose last heartbeat is at most ``within_ms`` old (DB clock)."""
+
+        def work(conn: Connection) -> int:
+            now = to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms")
+            query = select(func.count()).select_from(nodes).where(
+                nodes.c.stopped_at.is_(None), nodes.c.last_seen_at >= now - within_ms)
+            return int(conn.execute(query).scalar_one())
+
+        return read(self.engine, work)
+
+    # --- chart ------------------------------------------------------------------------
+
+    def hourly(self, hours: int) -> list[HourBucket]:
+        """Executions and failures per hour over the last ``hours`` hours, oldest first.
+
+        The last bucket is the current (partial) hour of the DB clock; empty hours are
+        included with zeros. Rows are grouped by creation time (when the occurrence was
+        journaled). The count reads the (status, created_at, occurrence_id) index only.
+        """
+
+        def work(conn: Connection) -> list[HourBucket]:
+            now = to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms")
+            first = (now // HOUR_MS - hours + 1) * HOUR_MS
+            end = first + hours * HOUR_MS
+            bucket = ((executions.c.created_at - first) // HOUR_MS).label("bucket")
+            query = (select(executions.c.status, bucket, func.count())
+                     .where(and_(executions.c.created_at >= first, executions.c.created_at < end))
+                     .group_by(executions.c.status, bucket))
+            totals = [0] * hours
+            failures = [0] * hours
+            for status, index, count in conn.execute(query):
+                slot = int(index)
+                if 0 <= slot < hours:
+                    totals[slot] += int(count)
+                    if status in FAILURE_STATUSES:
+                        failures[slot] += int(count)
+            return [HourBucket(first + i * HOUR_MS, totals[i], failures[i]) for i in range(hours)]
+
+        return read(self.engine, work)

@@ -1,0 +1,150 @@
+"""Read-only queries behind the dashboard's task pages: search, last outcomes, history.
+
+Every query is a keyset page (never OFFSET, never COUNT) that stays fast with 10,000 tasks
+and a journal of millions of rows:
+
+- tasks are paged by ``id`` (the primary key);
+- "the last execution of a task" is always the journal row with the greatest
+  ``(created_at, occurrence_id)`` for that task: one index probe per task on
+  ``executions (task_id, created_at, occurrence_id)``, read backwards, LIMIT 1;
+- a task's history is paged newest first by ``(created_at, occurrence_id)`` on the same index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import ColumnElement, Select
+
+from scheduler_core.db.tables import executions, tasks
+from scheduler_core.errors import InvalidStoredValueError
+from scheduler_core.model import Execution, TaskDefinition
+from scheduler_core.store.dialect import read
+from scheduler_core.store.executions import execution_from_row
+from scheduler_core.store.tasks import task_from_row
+
+NEVER_RUN = "never"  # the status filter for tasks without any journal row
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """What a task search keeps; None / empty means "any"."""
+
+    words: tuple[str, ...] = ()  # each must occur in the id, name or description (any case)
+    status: str | None = None  # the status of the task's last execution, or NEVER_RUN
+    kind: str | None = None  # handler kind; a task without a handler (or kind) is "hook"
+    enabled: bool | None = None
+    timezone: str | None = None  # exact IANA name
+
+
+@dataclass(frozen=True)
+class StoredTask:
+    """One row of a search: the definition, or why it cannot be read (shown, never hidden)."""
+
+    id: str
+    task: TaskDefinition | None
+    problem: str | None = None
+
+
+def _last_execution_of_task(column: str = "occurrence_id") -> Select[Any]:
+    """``column`` of the newest journal row of the task in the enclosing query (correlated on
+    ``tasks``; the journal is aliased so that it never binds to an outer ``executions``)."""
+    latest = executions.alias("latest")
+    return (select(latest.c[column]).where(latest.c.task_id == tasks.c.id)
+            .order_by(latest.c.created_at.desc(), latest.c.occurrence_id.desc()).limit(1)
+            .correlate(tasks))
+
+
+def _handler_kind() -> ColumnElement[Any]:
+    # A stored NULL handler, a JSON null and a handler without "kind" all mean a host hook.
+    return func.coalesce(tasks.c.handler["kind"].as_string(), "hook")
+
+
+def _conditions(search: TaskFilter) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    for word in search.words:
+        needle = word.lower()
+        conditions.append(or_(*(func.lower(column).contains(needle, autoescape=True)
+                                for column in (tasks.c.id, tasks.c.name, tasks.c.description))))
+    if search.enabled is not None:
+        conditions.append(tasks.c.enabled == search.enabled)
+    if search.timezone is not None:
+        conditions.append(tasks.c.timezone == search.timezone)
+    if search.kind is not None:
+        conditions.append(_handler_kind() == search.kind)
+    if search.status == NEVER_RUN:
+        conditions.append(~exists(select(executions.c.occurrence_id).where(executions.c.task_id == tasks.c.id)
+                                  .correlate(tasks)))
+    elif search.status is not None:
+        latest = _last_execution_of_task("status").scalar_subquery()
+        conditions.append(latest == search.status)
+    return conditions
+
+
+def _stored(row: Any) -> StoredTask:
+    try:
+        return StoredTask(row.id, task_from_row(row))
+    except InvalidStoredValueError as exc:
+        return StoredTask(row.id, None, exc.message)
+
+
+class TaskQueries:
+    """Read-only statements for the task list and task detail pages."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def search(self, search: TaskFilter, limit: int, after: str | None = None,
+               before: str | None = None) -> list[StoredTask]:
+        """Tasks matching ``search``, in id order: the first ``limit`` with an id greater than
+        ``after``, or (``before`` given) the last ``limit`` with an id less than ``before``.
+
+        The status condition probes each candidate task's newest journal row through the
+        (task_id, created_at, occurrence_id) index; there is no scan of the journal.
+        """
+        query = select(tasks).where(*_conditions(search))
+        if before is not None:
+            query = query.where(tasks.c.id < before).order_by(tasks.c.id.desc())
+        else:
+            if after is not None:
+                query = query.where(tasks.c.id > after)
+            query = query.order_by(tasks.c.id)
+        rows = read(self.engine, lambda conn: list(conn.execute(query.limit(limit))))
+        found = [_stored(row) for row in rows]
+        return found[::-1] if before is not None else found
+
+    def last_executions(self, task_ids: Sequence[str]) -> dict[str, Execution]:
+        """The newest journal row of each of ``task_ids`` (one statement for a whole page).
+
+        Each task costs one backwards index probe plus a primary-key read, however long its
+        history. Tasks that never ran are absent from the result.
+        """
+        ids = sorted(set(task_ids))
+        if not ids:
+            return {}
+        latest = _last_execution_of_task().scalar_subquery()
+        query = (select(executions).select_from(tasks.join(executions, executions.c.occurrence_id == latest))
+                 .where(tasks.c.id.in_(ids)))
+
+        def work(conn: Connection) -> dict[str, Execution]:
+            return {row.task_id: execution_from_row(row) for row in conn.execute(query)}
+
+        return read(self.engine, work)
+
+    def occurrences(self, task_id: str, limit: int, before: tuple[int, str] | None = None) -> list[Execution]:
+        """A task's journal rows, newest first by (created_at, occurrence_id), after the
+        cursor ``before`` = (created_at, occurrence_id) of the last row of the previous page."""
+        query = select(executions).where(executions.c.task_id == task_id)
+        if before is not None:
+            created_at, occurrence_id = before
+            # The <= bound keeps a plain index range scan on every dialect; the OR breaks ties.
+            query = query.where(executions.c.created_at <= created_at,
+                                or_(executions.c.created_at < created_at,
+                                    and_(executions.c.created_at == created_at,
+                                         executions.c.occurrence_id < occurrence_id)))
+        query = query.order_by(executions.c.created_at.desc(), executions.c.occurrence_id.desc()).limit(limit)
+        return read(self.engine, lambda conn: [execution_from_row(row) for row in conn.execute(query)])

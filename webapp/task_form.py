@@ -1,0 +1,248 @@
+"""The create / edit form of api and hook tasks: text fields in, a definition out.
+
+The form only turns text into values (numbers, JSON, header lines) and names the field
+when it cannot; every rule about what a task may be is the core's (``validate_task`` and
+the executors' ``validate``, reached through ``Scheduler.register`` / ``update_task``),
+whose ConfigError.field is mapped back onto the form field here.
+
+Secrets: the form shows definitions masked (``task.masked()``) and never sends a stored
+secret to the browser. A masked value sent back means "keep the stored one"
+(``restore_masked``); a form re-rendered after an error masks what was typed, too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler_core.errors import ConfigError, InvalidCronError, SchedulerError, TaskAlreadyExistsError
+from scheduler_core.executors.http import METHODS
+from scheduler_core.model import RetryPolicy, TaskDefinition
+from scheduler_core.runtime.task_operations import restore_masked
+from scheduler_core.secrets import MASK, is_secret_name, mask_url, mask_values
+
+FORM_KINDS = ("api", "hook")
+CODE_KINDS = ("python", "js")
+CODE_REFUSED = ("The dashboard never accepts code: python and js tasks are defined in the application, "
+                "not here. Choose api or hook.")
+CHECKBOXES = ("enabled", "idempotent", "delete_after_run")
+TEXT_FIELDS = ("id", "name", "description", "cron", "timezone", "retry_max_attempts", "retry_backoff", "params",
+               "kind", "url", "method", "headers", "body", "timeout")
+# Core field (a dotted path's first part, or the whole path) -> the form field showing its error.
+_FIELD_OF = {"id": "id", "name": "name", "description": "description", "cron": "cron", "timezone": "timezone",
+             "enabled": "enabled", "idempotent": "idempotent", "delete_after_run": "delete_after_run",
+             "params": "params", "retry.max_attempts": "retry_max_attempts", "retry": "retry_backoff",
+             "handler.url": "url", "handler.method": "method", "handler.headers": "headers", "handler.body": "body",
+             "handler.timeout": "timeout", "handler.kind": "kind", "handler": "kind"}
+
+
+def form_field(core_field: str) -> str:
+    """The form field that shows an error about ``core_field`` (``handler.headers.X`` -> headers)."""
+    for length in (2, 1):
+        prefix = ".".join(core_field.replace("[", ".").split(".")[:length])
+        if prefix in _FIELD_OF:
+            return _FIELD_OF[prefix]
+    return "form"
+
+
+def error_text(exc: SchedulerError) -> str:
+    """The message to show next to the field: without the path the field already names."""
+    message = exc.message
+    core_field = getattr(exc, "field", None)
+    if isinstance(exc, InvalidCronError):
+        return message.removeprefix("cron: ")
+    if core_field is None:
+        return message
+    shown = _FIELD_OF.get(core_field)
+    if shown is not None:  # the path is exactly the form field: drop it
+        return message.removeprefix(f"{core_field}: ")
+    return message.removeprefix("handler.").removeprefix("retry.")
+
+
+@dataclass
+class TaskForm:
+    """What the form shows (always masked) and the errors next to its fields."""
+
+    values: dict[str, str]
+    checks: dict[str, bool]
+    errors: dict[str, str] = field(default_factory=dict)
+
+    # --- building -------------------------------------------------------------------------
+
+    @classmethod
+    def blank(cls) -> TaskForm:
+        values = dict.fromkeys(TEXT_FIELDS, "")
+        values.update(timezone="UTC", kind="api", method="POST", retry_max_attempts="1")
+        return cls(values, {"enabled": True, "idempotent": False, "delete_after_run": False})
+
+    @classmethod
+    def from_task(cls, task: TaskDefinition) -> TaskForm:
+        """The stored definition as the form shows it: secrets masked."""
+        masked = task.masked()
+        handler: Mapping[str, Any] = masked["handler"] or {}
+        retry = masked["retry"] or {}
+        values = dict.fromkeys(TEXT_FIELDS, "")
+        values.update(
+            id=task.id, name=task.name, description=task.description or "", cron=task.cron, timezone=task.timezone,
+            retry_max_attempts=str(retry.get("max_attempts", 1)),
+            retry_backoff=", ".join(str(ms) for ms in retry.get("backoff_ms", [])),
+            params=_json_text(masked["params"]), kind=task.handler_kind, url=str(handler.get("url", "")),
+            method=str(handler.get("method", "POST")), headers=_header_lines(handler.get("headers") or {}),
+            body=_json_text(handler.get("body")), timeout=str(handler.get("timeout", "")))
+        return cls(values, {name: bool(getattr(task, name)) for name in CHECKBOXES})
+
+    @classmethod
+    def from_request(cls, form: Mapping[str, str]) -> TaskForm:
+        values = {name: str(form.get(name, "")) for name in TEXT_FIELDS}
+        values["kind"] = values["kind"].strip().lower()
+        return cls(values, {name: name in form for name in CHECKBOXES})
+
+    def fail(self, exc: SchedulerError) -> None:
+        """Show a core error next to the field it names."""
+        if isinstance(exc, TaskAlreadyExistsError):
+            self.errors["id"] = "A task with this id already exists."
+        elif isinstance(exc, InvalidCronError):
+            self.errors["cron"] = error_text(exc)
+        else:
+            self.errors.setdefault(form_field(getattr(exc, "field", "") or ""), error_text(exc))
+
+    def masked(self) -> TaskForm:
+        """This form as it may be shown again: secrets typed into it are masked."""
+        values = dict(self.values)
+        values["url"] = mask_url(values["url"].strip())
+        values["headers"] = "\n".join(_mask_header_line(line) for line in values["headers"].splitlines())
+        for name in ("params", "body"):
+            values[name] = _masked_json_text(values[name])
+        return TaskForm(values, dict(self.checks), dict(self.errors))
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def definition(self, stored: TaskDefinition | None) -> TaskDefinition | None:
+        """The task the form describes (``stored``: the task being edited), or None with
+        ``errors`` filled. Masked values are restored from ``stored``."""
+        for name, value in self.values.items():
+            if "\x00" in value:  # no database stores it faithfully
+                self.errors[name] = "Remove the NUL character."
+        kind = self.values["kind"]
+        if kind in CODE_KINDS:
+            self.errors["kind"] = CODE_REFUSED
+        elif kind not in FORM_KINDS:
+            self.errors["kind"] = "Choose api or hook."
+        retry = self._retry()
+        params = self._json("params")
+        handler = self._handler(stored) if kind in FORM_KINDS else None
+        try:
+            params = restore_masked(params, stored.params if stored else None, "params")
+            if kind == "api":
+                handler = restore_masked(handler, stored.handler if stored else None, "handler")
+        except ConfigError as exc:
+            self.fail(exc)
+        if self.errors:
+            return None
+        values = self.values
+        return TaskDefinition(
+            id=values["id"].strip() if stored is None else stored.id, name=values["name"].strip(),
+            description=values["description"].strip() or None, cron=values["cron"], timezone=values["timezone"].strip(),
+            enabled=self.checks["enabled"], idempotent=self.checks["idempotent"],
+            delete_after_run=self.checks["delete_after_run"], retry=retry, handler=handler, params=params)
+
+    def _retry(self) -> RetryPolicy | None:
+        text = self.values["retry_max_attempts"].strip() or "1"
+        attempts = _integer(text)
+        if attempts is None:
+            self.errors["retry_max_attempts"] = "Enter a whole number (1 = no retry)."
+        delays: list[int] = []
+        for part in self.values["retry_backoff"].replace(",", " ").split():
+            delay = _integer(part)
+            if delay is None:
+                self.errors["retry_backoff"] = f"{part!r} is not a number of milliseconds (e.g. 1000, 5000)."
+                break
+            delays.append(delay)
+        if attempts is None or (attempts == 1 and not delays):
+            return None
+        try:
+            return RetryPolicy(max_attempts=attempts, backoff_ms=tuple(delays))
+        except ConfigError as exc:  # out of range: the core's message, next to its field
+            self.fail(exc)
+            return None
+
+    def _json(self, name: str) -> Any:
+        text = self.values[name].strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            self.errors[name] = f"Not valid JSON: {exc}."
+            return None
+
+    def _handler(self, stored: TaskDefinition | None) -> dict[str, Any] | None:
+        if self.values["kind"] == "hook":
+            # Keep a stored hook handler as it is (None and {"kind": "hook"} both mean the host's hook).
+            return dict(stored.handler) if stored and stored.handler_kind == "hook" and stored.handler else None
+        values = self.values
+        handler: dict[str, Any] = {"kind": "api", "url": values["url"].strip(), "method": values["method"].strip(),
+                                   "headers": self._headers()}
+        body = self._json("body")
+        if body is not None:
+            handler["body"] = body
+        if values["timeout"].strip():
+            timeout = _integer(values["timeout"].strip())
+            if timeout is None:
+                self.errors["timeout"] = "Enter the timeout in whole milliseconds (e.g. 30000)."
+            handler["timeout"] = timeout
+        previous = stored.handler if stored is not None and stored.handler_kind == "api" else None
+        if previous and "max_response_bytes" in previous:  # not on the form: kept as stored
+            handler["max_response_bytes"] = previous["max_response_bytes"]
+        return handler
+
+    def _headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for number, line in enumerate(self.values["headers"].splitlines(), 1):
+            if not line.strip():
+                continue
+            name, colon, value = line.partition(":")
+            if not colon or not name.strip():
+                self.errors["headers"] = f"Line {number}: write one header per line as 'Name: value'."
+                break
+            if name.strip() in headers:
+                self.errors["headers"] = f"{name.strip()}: is given twice."
+                break
+            headers[name.strip()] = value.strip()
+        return headers
+
+
+def _integer(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _json_text(value: Any) -> str:
+    return "" if value is None else json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _header_lines(headers: Mapping[str, Any]) -> str:
+    return "\n".join(f"{name}: {value}" for name, value in headers.items())
+
+
+def _mask_header_line(line: str) -> str:
+    name, colon, value = line.partition(":")
+    if colon and value.strip() and is_secret_name(name.strip()):
+        return f"{name.strip()}: {MASK}"
+    return line
+
+
+def _masked_json_text(text: str) -> str:
+    try:
+        value = json.loads(text) if text.strip() else None
+    except ValueError:
+        return text  # not stored as it is, so it holds no stored secret; shown back to be fixed
+    masked = mask_values(value)
+    return text if masked == value else _json_text(masked)
+
+
+__all__ = ["CODE_KINDS", "CODE_REFUSED", "FORM_KINDS", "METHODS", "TaskForm", "error_text", "form_field"]
