@@ -65,6 +65,11 @@ def test_keyset_pages_walk_every_log_once(app: Flask, client: FlaskClient, auth:
     second = client.get(html.unescape(OLDER.search(client.get("/logs/").get_data(as_text=True)).group(1)))
     text = second.get_data(as_text=True)
     assert "Newer" in text and "Newest" in text and "offset" not in text
+    # The newest page follows new attempts with its own filters; a deeper page stays put.
+    newest = client.get("/logs/?status=failed&task=billing").get_data(as_text=True)
+    assert 'class="live-poll" hx-get="/logs/?' in newest and "every 5s" in newest
+    assert "task=billing" in newest.split('class="live-poll"', 1)[1].split(">", 1)[0]
+    assert "live-poll" not in text
 
 
 def test_fragment_and_time_window(app: Flask, client: FlaskClient, auth: Auth) -> None:
