@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core.db import DatabaseConfig, engine_options, health_check, prepare_engine, upgrade
 from scheduler_core.db.config import is_production
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
-from webapp import audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks
+from webapp import audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
 from webapp.node import NODE_CONCURRENCY, make_reach, make_scheduler
 from webapp.secrets import bootstrap_admin, secret_key
 
@@ -85,7 +85,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_scheduler"] = scheduler
     app.extensions["hai_reach"] = make_reach(app, scheduler)
     bootstrap_admin(scheduler.users, app.config.get("ADMIN_PASSWORD"))
-    for module in (health, auth, overview, tasks, executions, logs, notifications, nodes, audit):
+    for module in (health, auth, overview, tasks, executions, logs, notifications, nodes, audit, users):
         app.register_blueprint(module.bp)
     errors.install(app)
     auth.install(app)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import defaultdict, deque
@@ -111,6 +112,7 @@ def login() -> ResponseReturnValue:
     throttle.succeeded(key)
     session.clear()
     session["user"] = user.name
+    session["credential"] = _credential(user.password_hash)
     session.permanent = True
     _users().record_login(user.name)
     return redirect(_safe_next(next_url))
@@ -122,13 +124,21 @@ def logout() -> ResponseReturnValue:
     return redirect(url_for("auth.login"))
 
 
+def _credential(password_hash: str) -> str:
+    """A short fingerprint of the user's password hash kept in the session: a password reset
+    ends every other session of that user (the hash itself never leaves the database)."""
+    return hashlib.sha256(password_hash.encode()).hexdigest()[:16]
+
+
 def _load_user() -> ResponseReturnValue | None:
     g.user = None
     name = session.get("user")
     if name:
         user = _users().get(name)
-        if user is not None and not user.disabled:
+        if user is not None and not user.disabled and session.get("credential") == _credential(user.password_hash):
             g.user = CurrentUser(user.name, user.role)
+        else:
+            session.clear()  # disabled, deleted or password reset: this session is over for good
     if g.user is None and request.endpoint not in PUBLIC_ENDPOINTS:
         if request.headers.get("HX-Request"):
             response = Response(status=401)
@@ -166,7 +176,8 @@ def _template_globals() -> dict[str, Any]:
     links = [(endpoint, label) for endpoint, label in (
         ("overview.index", "Overview"), ("tasks.index", "Tasks"), ("executions.index", "Executions"),
         ("logs.index", "Logs"), ("notifications.index", "Notifications"), ("nodes.index", "Nodes"),
-        ("audit.index", "Audit")) if endpoint in current_app.view_functions]
+        ("audit.index", "Audit"), ("users.index", "Users")) if endpoint in current_app.view_functions
+        and (endpoint != "users.index" or (g.get("user") is not None and g.user.can("admin")))]
     return {"current_user": g.get("user"), "nav_links": links}
 
 

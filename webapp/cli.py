@@ -18,7 +18,8 @@ from werkzeug.security import generate_password_hash
 
 from scheduler_core.cli import build_parser, dispatch
 from scheduler_core.db import DatabaseConfig, close_engine, create_engine, upgrade
-from scheduler_core.runtime.accounts import ROLES, Accounts
+from scheduler_core.errors import ConfigError
+from scheduler_core.runtime.accounts import ROLES, Accounts, check_new_password, check_username
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,8 +46,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _create_user(args: argparse.Namespace) -> int:
     password = os.environ.get("HAI_NEW_PASSWORD") or getpass.getpass(f"password for {args.name}: ")
-    if len(password) < 8:
-        print("error: the password must have at least 8 characters", file=sys.stderr)
+    try:
+        check_username(args.name)
+        check_new_password(password, password)
+    except ConfigError as exc:
+        print(f"error: {exc.field} {exc.message}", file=sys.stderr)
         return 1
     engine = create_engine(DatabaseConfig.from_env())
     try:

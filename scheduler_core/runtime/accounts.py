@@ -3,21 +3,31 @@
 The webapp reaches the ``users`` and ``audit_log`` tables only through these (webapp ->
 runtime -> store): ``scheduler.users`` and ``scheduler.audit``, or ``Accounts(engine)`` /
 ``AuditTrail(engine)`` for a command that has no scheduler (``create-user``).
+
+Passwords never come here: the caller hashes them (werkzeug) and hands over the hash;
+``check_new_password`` only holds the rules a new password must meet, so every caller
+applies the same ones. Every bad input raises :class:`ConfigError` naming its field.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.operations import check_page
-from scheduler_core.store.users import ROLES, AuditEntry, AuditRepository, User, UserRepository
+from scheduler_core.store.users import ROLES, AuditEntry, AuditRepository, LastAdminError, User, UserRepository
 
-__all__ = ["ROLES", "Accounts", "AuditEntry", "AuditTrail", "User"]
+__all__ = ["MIN_PASSWORD", "ROLES", "Accounts", "AuditEntry", "AuditTrail", "LastAdminError", "User",
+           "check_new_password", "check_role", "check_username"]
 MAX_NAME = 64
 MAX_REASON = 2000
+MIN_PASSWORD = 8
+MAX_PASSWORD = 1024  # hashing is deliberately slow: bound the work one form can ask for
+MAX_HASH = 255  # the column's width
+USERNAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")  # ASCII only: no look-alike letters, safe in a URL path
 
 
 def _name(field: str, value: Any) -> str:
@@ -26,8 +36,55 @@ def _name(field: str, value: Any) -> str:
     return value.strip()
 
 
+def check_username(value: Any, field: str = "name") -> str:
+    """A user name: 1..64 characters, ASCII letters, digits and ``.-_@``; not only dots (``.``
+    and ``..`` could not be reached in a URL path)."""
+    if not isinstance(value, str) or USERNAME.fullmatch(value) is None:
+        shown = value if not isinstance(value, str) or len(value) <= 80 else value[:80] + "..."
+        raise ConfigError(field, f"must be 1..{MAX_NAME} characters, letters, digits and . - _ @ only "
+                                 f"(got {shown!r})")
+    if not value.strip("."):
+        raise ConfigError(field, f"must hold a letter, digit, -, _ or @, not only dots (got {value!r})")
+    return value
+
+
+def check_role(value: Any, field: str = "role") -> str:
+    if value not in ROLES:
+        raise ConfigError(field, f"must be one of {', '.join(ROLES)} (got {value!r})")
+    return str(value)
+
+
+def check_new_password(password: Any, confirm: Any) -> str:
+    """A new password typed twice: ``password`` at least MIN_PASSWORD characters, ``confirm`` the
+    same. The messages never repeat what was typed."""
+    if not isinstance(password, str) or len(password) < MIN_PASSWORD:
+        raise ConfigError("password", f"must have at least {MIN_PASSWORD} characters")
+    if len(password) > MAX_PASSWORD:
+        raise ConfigError("password", f"must have at most {MAX_PASSWORD} characters")
+    if confirm != password:
+        raise ConfigError("confirm", "must repeat the password exactly")
+    return password
+
+
+def _version(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError("expected_updated_at", f"must be the user's version, an integer >= 0 (got {value!r})")
+    return value
+
+
+def _hash(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_HASH:
+        raise ConfigError("password_hash", f"must be a password hash of 1..{MAX_HASH} characters")
+    return value
+
+
 class Accounts:
-    """Dashboard users: look-up, creation, password changes, last login."""
+    """Dashboard users: look-up, listing, creation, role, disabling, passwords, last login.
+
+    Changes name the version they were decided on (``expected_updated_at``): ConflictError when
+    the user changed since, LastAdminError (a ConfigError) when the last enabled admin would be
+    demoted or disabled; either way nothing is written.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self._repo = UserRepository(engine)
@@ -35,15 +92,40 @@ class Accounts:
     def count(self) -> int:
         return self._repo.count()
 
+    def count_enabled_admins(self) -> int:
+        return self._repo.count_enabled_admins()
+
     def get(self, name: str) -> User | None:
         return self._repo.get(name) if isinstance(name, str) and 0 < len(name) <= MAX_NAME else None
 
+    def page(self, after: str | None = None, limit: int = 100) -> list[User]:
+        """Users by name, at most ``limit`` after the name ``after``."""
+        check_page(limit, 0)
+        if after is not None and (not isinstance(after, str) or len(after) > MAX_NAME):
+            raise ConfigError("after", f"must be a user name of at most {MAX_NAME} characters")
+        return self._repo.page(after or None, limit)
+
     def create(self, name: str, role: str, password_hash: str) -> bool:
         """Add a user; False when the name is taken."""
-        return self._repo.create(_name("name", name), role, password_hash)
+        return self._repo.create(check_username(name), check_role(role), _hash(password_hash))
 
     def set_password(self, name: str, password_hash: str) -> bool:
-        return self._repo.set_password(_name("name", name), password_hash)
+        """Replace the password hash whatever the version (``create-user --reset``); False when no such user."""
+        return self._repo.set_password(_name("name", name), _hash(password_hash))
+
+    def reset_password(self, name: str, password_hash: str, expected_updated_at: int) -> User:
+        return self._repo.reset_password(_name("name", name), _hash(password_hash), _version(expected_updated_at))
+
+    def set_role(self, name: str, role: str, expected_updated_at: int) -> User:
+        return self._repo.set_role(_name("name", name), check_role(role), _version(expected_updated_at))
+
+    def set_disabled(self, name: str, disabled: bool, expected_updated_at: int, actor: str | None = None) -> User:
+        """Disable (or enable) ``name``; ``actor``, the admin asking, may not disable themselves."""
+        if not isinstance(disabled, bool):
+            raise ConfigError("disabled", f"must be true or false (got {disabled!r})")
+        if disabled and actor is not None and actor == name:
+            raise ConfigError("disabled", "you cannot disable your own account")
+        return self._repo.set_disabled(_name("name", name), disabled, _version(expected_updated_at))
 
     def record_login(self, name: str) -> None:
         self._repo.record_login(name)

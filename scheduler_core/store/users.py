@@ -1,19 +1,28 @@
-"""Dashboard users and the audit trail."""
+"""Dashboard users and the audit trail.
+
+Every change of a user is a compare-and-set on its ``updated_at`` (a stale page changes
+nothing) and, when it could take away an administrator, one transaction that first locks
+every enabled admin's row (``SELECT ... FOR UPDATE``, in name order) and then checks that
+another enabled admin stays. Two admins demoting each other at the same moment are thus
+serialised: the second one sees the first's change and is refused (PostgreSQL re-checks a
+locked row that changed meanwhile; MySQL's locking read sees the latest row; SQLite runs one
+write transaction at a time, ``BEGIN IMMEDIATE``).
+"""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import false, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import audit_log, users
-from scheduler_core.errors import ConfigError
-from scheduler_core.store.dialect import read, write
+from scheduler_core.errors import ConfigError, ConflictError
+from scheduler_core.store.dialect import greatest, read, write
 
 ROLES = ("viewer", "operator", "admin")
 
@@ -22,9 +31,15 @@ ROLES = ("viewer", "operator", "admin")
 class User:
     name: str
     role: str  # viewer | operator | admin
-    password_hash: str
+    password_hash: str = field(repr=False)  # never in a log line or an error message
     disabled: bool
     last_login_at: int | None
+    created_at: int
+    updated_at: int  # the version a change must name (compare-and-set)
+
+
+class LastAdminError(ConfigError):
+    """The change would leave no enabled admin: nobody could manage users any more."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +56,16 @@ class AuditEntry:
 
 def _user(row: Row[Any]) -> User:
     return User(row.username, row.role, row.password_hash, bool(row.disabled),
-                optional_ms(row.last_login_at, "last_login_at"))
+                optional_ms(row.last_login_at, "last_login_at"), to_ms(row.created_at, "created_at"),
+                to_ms(row.updated_at, "updated_at"))
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ConfigError("role", f"must be one of {', '.join(ROLES)} (got {role!r})")
+
+
+_ENABLED_ADMIN = (users.c.role == "admin", users.c.disabled == false())
 
 
 class UserRepository:
@@ -51,14 +75,24 @@ class UserRepository:
     def count(self) -> int:
         return int(read(self.engine, lambda c: c.execute(select(func.count()).select_from(users)).scalar_one()))
 
+    def count_enabled_admins(self) -> int:
+        query = select(func.count()).select_from(users).where(*_ENABLED_ADMIN)
+        return int(read(self.engine, lambda c: c.execute(query).scalar_one()))
+
     def get(self, name: str) -> User | None:
         row = read(self.engine, lambda c: c.execute(select(users).where(users.c.username == name)).first())
         return _user(row) if row is not None else None
 
+    def page(self, after: str | None, limit: int) -> list[User]:
+        """Users by name, ``limit`` at a time after the name ``after`` (keyset on the primary key)."""
+        query = select(users).order_by(users.c.username).limit(limit)
+        if after is not None:
+            query = query.where(users.c.username > after)
+        return [_user(row) for row in read(self.engine, lambda c: c.execute(query).all())]
+
     def create(self, name: str, role: str, password_hash: str) -> bool:
         """Insert a user; False when the name is taken."""
-        if role not in ROLES:
-            raise ConfigError("role", f"must be one of {', '.join(ROLES)} (got {role!r})")
+        _check_role(role)
 
         def work(conn: Connection) -> bool:
             now = db_now_ms()
@@ -73,8 +107,49 @@ class UserRepository:
         return write(self.engine, work)
 
     def set_password(self, name: str, password_hash: str) -> bool:
+        """A new password hash whatever the version (the ``create-user --reset`` command)."""
         return write(self.engine, lambda c: c.execute(update(users).where(users.c.username == name).values(
-            password_hash=password_hash, updated_at=db_now_ms())).rowcount == 1)
+            password_hash=password_hash, updated_at=greatest(c, db_now_ms(), users.c.updated_at + 1))).rowcount == 1)
+
+    def reset_password(self, name: str, password_hash: str, expected_updated_at: int) -> User:
+        """A new password hash at version ``expected_updated_at`` only (ConflictError otherwise)."""
+        return self._change(name, expected_updated_at, {"password_hash": password_hash}, what="password")
+
+    def set_role(self, name: str, role: str, expected_updated_at: int) -> User:
+        """Change a user's role at version ``expected_updated_at``; LastAdminError when it would
+        demote the last enabled admin, ConflictError when the user changed or is gone."""
+        _check_role(role)
+        return self._change(name, expected_updated_at, {"role": role}, what="role")
+
+    def set_disabled(self, name: str, disabled: bool, expected_updated_at: int) -> User:
+        """Disable or enable a user at version ``expected_updated_at``; LastAdminError when it
+        would disable the last enabled admin, ConflictError when the user changed or is gone."""
+        return self._change(name, expected_updated_at, {"disabled": bool(disabled)}, what="disabled")
+
+    def _change(self, name: str, expected_updated_at: int, values: dict[str, Any], what: str) -> User:
+        """Check and change in ONE transaction: lock the enabled admins, then the user; refuse a
+        stale version or losing the last admin (nothing written); else write and read back."""
+
+        def work(conn: Connection) -> User:
+            admins = list(conn.execute(select(users.c.username).where(*_ENABLED_ADMIN)
+                                       .order_by(users.c.username).with_for_update()).scalars())
+            row = conn.execute(select(users).where(users.c.username == name).with_for_update()).first()
+            if row is None or to_ms(row.updated_at, "updated_at") != expected_updated_at:
+                raise ConflictError(f"user {name!r} changed since version {expected_updated_at} (or is gone)",
+                                    name=name)
+            current = _user(row)
+            stays_admin = values.get("role", current.role) == "admin" and not values.get("disabled", current.disabled)
+            if name in admins and not stays_admin and len(admins) <= 1:
+                raise LastAdminError(what, f"{name!r} is the last enabled admin: make another user an admin "
+                                            "first, or nobody could manage users any more")
+            changed = conn.execute(update(users).where(
+                users.c.username == name, users.c.updated_at == expected_updated_at,
+            ).values(**values, updated_at=greatest(conn, db_now_ms(), users.c.updated_at + 1))).rowcount
+            if changed != 1:  # cannot happen under the row lock; never report a change that did not land
+                raise ConflictError(f"user {name!r} changed meanwhile", name=name)
+            return _user(conn.execute(select(users).where(users.c.username == name)).one())
+
+        return write(self.engine, work)
 
     def record_login(self, name: str) -> None:
         write(self.engine, lambda c: c.execute(update(users).where(users.c.username == name).values(

@@ -71,3 +71,35 @@ def test_secret_key_is_generated_once_beside_the_database(app: Flask, tmp_path: 
     key_file = tmp_path / "dash.db.secret-key"
     assert key_file.exists() and stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
     assert app.config["SECRET_KEY"] == key_file.read_text().strip()
+
+
+def test_a_password_reset_or_a_disable_ends_open_sessions_for_good(app: Flask, client: FlaskClient,
+                                                                     auth: Auth) -> None:
+    users = app.extensions["hai_scheduler"].users
+    users.create("carol", "operator", generate_password_hash("carol-pw-1"))
+    assert auth.login("carol", "carol-pw-1").status_code == 302 and client.get("/").status_code == 200
+    users.set_password("carol", generate_password_hash("carol-pw-2"))  # e.g. reset by an admin
+    assert client.get("/").status_code == 302  # the old session is over
+    users.set_password("carol", generate_password_hash("carol-pw-1"))
+    assert client.get("/").status_code == 302  # and stays over, even with the old password back
+    assert auth.login("carol", "carol-pw-1").status_code == 302 and client.get("/").status_code == 200
+    carol = users.get("carol")
+    assert carol is not None
+    users.set_disabled("carol", True, carol.updated_at)
+    assert client.get("/").status_code == 302
+    carol = users.get("carol")
+    assert carol is not None
+    users.set_disabled("carol", False, carol.updated_at)
+    assert client.get("/").status_code == 302  # re-enabling does not revive the session
+
+
+def test_create_user_refuses_bad_names_and_short_passwords(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HAI_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db"}
+    for name, password, message in (("bad name!", "long enough pw", "name"), ("dave", "short", "password")):
+        done = subprocess.run([sys.executable, "-m", "webapp.cli", "create-user", name, "--role", "viewer"],
+                              capture_output=True, text=True, timeout=120, env={**env, "HAI_NEW_PASSWORD": password})
+        assert done.returncode == 1 and done.stderr.startswith(f"error: {message} "), done.stderr
+        assert "Traceback" not in done.stderr

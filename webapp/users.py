@@ -1,0 +1,234 @@
+"""Users (admin only): the list, creating a user, changing a role, disabling / enabling, and
+resetting a password.
+
+- Every page and action needs the admin role; a viewer or an operator gets 403.
+- Passwords are typed twice, checked by the core's rules, and hashed here (werkzeug); neither
+  a password nor its hash is ever shown, flashed or written to the audit trail.
+- Each change names the user's ``updated_at`` from the page it was made on (compare-and-set):
+  a stale page gets a conflict message and changes nothing.
+- The last enabled admin cannot be demoted or disabled, and an admin cannot disable
+  themselves (the core checks both in the same transaction as the change). A disabled user's
+  session ends at their next request: ``webapp.auth`` re-reads the user on every request.
+- Forms are boosted by HTMX (loading indicator, no full reload) and work without JavaScript.
+  htmx swaps no 4xx answer, so a form with errors answers 400 to a plain post and 200 (without
+  touching the address bar) to an HTMX one: either way the errors show next to their fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, Response, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
+from werkzeug.security import generate_password_hash
+
+from scheduler_core.errors import ConfigError, ConflictError
+from scheduler_core.runtime.accounts import (
+    MIN_PASSWORD,
+    ROLES,
+    Accounts,
+    User,
+    check_new_password,
+    check_role,
+    check_username,
+)
+from webapp.auth import require_role
+from webapp.node import scheduler_of
+
+bp = Blueprint("users", __name__, url_prefix="/users")
+PAGE = 50
+CONFLICT = ("changed since the page was loaded (someone else may have changed it). "
+            "Nothing was changed; review it again.")
+MISSING_VERSION = "The page is missing the user's version; reload it."
+
+
+def _accounts() -> Accounts:
+    return scheduler_of(current_app).users
+
+
+def _message(exc: ConfigError) -> str:
+    text = exc.message.removeprefix(f"{exc.field}: ")
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def _audit(action: str, target: str, before: Any = None, after: Any = None) -> None:
+    """Audited with the user's name, role and state only: never a password or its hash."""
+    scheduler_of(current_app).audit.record(g.user.name, action, target, before=before, after=after)
+
+
+def _form_page(template: str, status: int, **context: Any) -> ResponseReturnValue:
+    """A form shown again with its errors (status 400); 200 to HTMX, which swaps no 4xx, and
+    the address bar stays on the page the form came from."""
+    if request.headers.get("HX-Request"):
+        response = Response(render_template(template, **context))
+        response.headers["HX-Push-Url"] = "false"
+        return response
+    return render_template(template, **context), status
+
+
+def _user_or_404(name: str) -> User:
+    user = _accounts().get(name)
+    if user is None:
+        abort(404, f"No user named {name!r}.")
+    return user
+
+
+def _expected() -> int | None:
+    return request.form.get("expected_updated_at", type=int)
+
+
+# --- list ---------------------------------------------------------------------------------------
+
+
+@bp.get("/")
+@require_role("admin")
+def index() -> ResponseReturnValue:
+    """Every user by name, PAGE at a time (keyset on the name: ``after``)."""
+    after = (request.args.get("after") or "").strip() or None
+    try:
+        rows = _accounts().page(after, PAGE + 1)
+    except ConfigError as exc:
+        abort(400, _message(exc))
+    more = len(rows) > PAGE
+    rows = rows[:PAGE]
+    return render_template("users.html", users=rows, after=after, next_after=rows[-1].name if more else None,
+                           admins=_accounts().count_enabled_admins())
+
+
+# --- create -------------------------------------------------------------------------------------
+
+
+def _new_form(values: dict[str, str], errors: dict[str, str], status: int = 200) -> ResponseReturnValue:
+    return _form_page("user_new.html", status, values=values, errors=errors, roles=ROLES, min_password=MIN_PASSWORD)
+
+
+@bp.get("/new")
+@require_role("admin")
+def new() -> ResponseReturnValue:
+    return _new_form({"name": "", "role": "viewer"}, {})
+
+
+@bp.post("/new")
+@require_role("admin")
+def create() -> ResponseReturnValue:
+    form = request.form
+    values = {"name": form.get("name", "").strip(), "role": form.get("role", "")}  # passwords are never sent back
+    errors = _create_errors(values, form.get("password", ""), form.get("confirm", ""))
+    if errors:
+        return _new_form(values, errors, 400)
+    try:
+        created = _accounts().create(values["name"], values["role"], generate_password_hash(form["password"]))
+    except ConfigError as exc:
+        return _new_form(values, {exc.field: _message(exc)}, 400)
+    if not created:
+        return _new_form(values, {"name": f"A user named {values['name']} already exists."}, 400)
+    _audit("user.create", values["name"], after={"name": values["name"], "role": values["role"], "disabled": False})
+    flash(f"User {values['name']} created ({values['role']}).", "success")
+    return redirect(url_for("users.index")), 303
+
+
+def _create_errors(values: dict[str, str], password: str, confirm: str) -> dict[str, str]:
+    """Every field's problem at once (the core checks them again when storing)."""
+    errors: dict[str, str] = {}
+    checks: list[Callable[[], str]] = [lambda: check_username(values["name"]), lambda: check_role(values["role"]),
+                                       lambda: check_new_password(password, confirm)]
+    for check in checks:
+        try:
+            check()
+        except ConfigError as exc:
+            errors[exc.field] = _message(exc)
+    return errors
+
+
+# --- one user: role, disable / enable, password ------------------------------------------------
+
+
+def _manage(user: User, errors: dict[str, str] | None = None, status: int = 200) -> ResponseReturnValue:
+    return _form_page("user_manage.html", status, account=user, errors=errors or {}, roles=ROLES,
+                      min_password=MIN_PASSWORD)
+
+
+def _conflict(name: str) -> ResponseReturnValue:
+    flash(f"User {name} {CONFLICT}", "error")
+    return redirect(url_for("users.manage", name=name)), 303
+
+
+@bp.get("/<name>")
+@require_role("admin")
+def manage(name: str) -> ResponseReturnValue:
+    return _manage(_user_or_404(name))
+
+
+@bp.post("/<name>/role")
+@require_role("admin")
+def set_role(name: str) -> ResponseReturnValue:
+    user = _user_or_404(name)
+    role, expected = request.form.get("role", ""), _expected()
+    if expected is None:
+        return _manage(user, {"role": MISSING_VERSION}, 400)
+    if role == user.role and expected == user.updated_at:
+        flash(f"{name} is already {role}: nothing to change.", "info")
+        return redirect(url_for("users.manage", name=name)), 303
+    try:
+        changed = _accounts().set_role(name, role, expected)
+    except ConflictError:
+        return _conflict(name)
+    except ConfigError as exc:  # a bad role, or the last enabled admin
+        return _manage(user, {"role": _message(exc)}, 400)
+    _audit("user.role", name, before={"role": user.role}, after={"role": changed.role})
+    flash(f"{name} is now {changed.role}.", "success")
+    if name == g.user.name and changed.role != "admin":  # stepped down: the users pages are closed to them now
+        return redirect(url_for("overview.index")), 303
+    return redirect(url_for("users.manage", name=name)), 303
+
+
+@bp.post("/<name>/disable")
+@require_role("admin")
+def disable(name: str) -> ResponseReturnValue:
+    return _set_disabled(name, True)
+
+
+@bp.post("/<name>/enable")
+@require_role("admin")
+def enable(name: str) -> ResponseReturnValue:
+    return _set_disabled(name, False)
+
+
+def _set_disabled(name: str, disabled: bool) -> ResponseReturnValue:
+    user = _user_or_404(name)
+    expected = _expected()
+    if expected is None:
+        return _manage(user, {"disabled": MISSING_VERSION}, 400)
+    try:
+        changed = _accounts().set_disabled(name, disabled, expected, actor=g.user.name)
+    except ConflictError:
+        return _conflict(name)
+    except ConfigError as exc:  # themselves, or the last enabled admin
+        return _manage(user, {"disabled": _message(exc)}, 400)
+    verb = "disable" if disabled else "enable"
+    _audit(f"user.{verb}", name, before={"disabled": user.disabled}, after={"disabled": changed.disabled})
+    flash(f"{name} is {'disabled: their session ends at their next request' if disabled else 'enabled'}.",
+          "success")
+    return redirect(url_for("users.manage", name=name)), 303
+
+
+@bp.post("/<name>/password")
+@require_role("admin")
+def reset_password(name: str) -> ResponseReturnValue:
+    user = _user_or_404(name)
+    expected = _expected()
+    password, confirm = request.form.get("password", ""), request.form.get("confirm", "")
+    try:
+        check_new_password(password, confirm)
+    except ConfigError as exc:
+        return _manage(user, {exc.field: _message(exc)}, 400)
+    if expected is None:
+        return _manage(user, {"password": MISSING_VERSION}, 400)
+    try:
+        _accounts().reset_password(name, generate_password_hash(password), expected)
+    except ConflictError:
+        return _conflict(name)
+    _audit("user.password", name, after={"password_reset": True})
+    flash(f"The password of {name} was reset.", "success")
+    return redirect(url_for("users.manage", name=name)), 303
