@@ -19,7 +19,7 @@ def test_login_then_every_page_renders_without_errors(page: Any, dashboard: Dash
     login(page, dashboard)
     shot(page, "overview")
     nav = page.get_by_role("navigation", name="Main")
-    for label in ("Tasks", "Executions", "Logs", "Notifications", "Nodes", "Audit"):
+    for label in ("Tasks", "Executions", "Logs", "Notifications", "Nodes", "Audit", "Users"):
         link = nav.get_by_role("link", name=label, exact=True)
         if link.count() == 0:
             continue
