@@ -160,7 +160,7 @@ def _schedule(expr: str) -> _Schedule:
                 f"cron: unsupported macro {_show(expr)}; use 5 fields or one of {', '.join(_MACROS)}", cron=expr
             )
         return _Schedule(macro, _MACROS[macro])
-    normalised = " ".join(fields)
+    normalised = " ".join(_single_value_ranges(field) for field in fields)
     if len(fields) != 5:
         raise InvalidCronError(
             f"cron: {_show(expr)} has {len(fields)} fields; expected 5 "
@@ -197,6 +197,19 @@ def _zone(name: str) -> ZoneInfo:
 @lru_cache(maxsize=1)
 def _known_zones() -> frozenset[str]:
     return frozenset(available_timezones()) | {"UTC"}
+
+
+_ONE_VALUE_RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(?:/[0-9]+)?$")
+
+
+def _single_value_ranges(field: str) -> str:
+    """``5-5`` (or ``5-5/2``) written as ``5``: croniter reads a one-value range in the minute
+    field as ``*`` -- every minute instead of minute 5."""
+    parts = []
+    for part in field.split(","):
+        match = _ONE_VALUE_RANGE.match(part)
+        parts.append(match.group(1) if match and match.group(1).lower() == match.group(2).lower() else part)
+    return ",".join(parts)
 
 
 def _show(value: str) -> str:

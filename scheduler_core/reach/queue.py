@@ -1,10 +1,11 @@
 """Delivery rounds over the durable queue, crash recovery, and the operator API.
 
-A round runs outside the do-not-disturb window, at most once a minute per node, and handles
-at most 100 rows. Its eligibility time is fixed when it starts, so a row that fails and is
-rescheduled is not claimed again in the same round. Each row is claimed on its own under a
-DB-clock lease; ``sending`` is committed before the provider is called, and the lease is
-renewed while the provider works.
+A round runs outside the do-not-disturb window, once a minute per node (and again at once
+while the last one was full: see ``Reach._round_in_background``), and handles at most 100
+rows. Its eligibility time is fixed when it starts, so a row that fails and is rescheduled is
+not claimed again in the same round. Each row is claimed on its own under a DB-clock lease;
+``sending`` is committed before the provider is called, and the lease is renewed while the
+provider works.
 
 What a failed delivery becomes (``decide``):
 - ``invalid_message`` -> dead at once (retrying cannot help);

@@ -153,6 +153,8 @@ def transitions(tz: str, year: int) -> list[tuple[int, int, int]]:
         ("@daily", "@daily"),
         (" @HOURLY ", "@hourly"),
         ("@yearly", "@yearly"),
+        ("5-5 * * * *", "5 * * * *"),  # croniter would read a one-value minute range as every minute
+        ("5-5/2,7 3-3 * * mon-MON", "5,7 3 * * mon"),
     ],
 )
 def test_validate_cron_normalises(raw: str, normalised: str) -> None:
@@ -550,3 +552,8 @@ def test_ids_and_fire_times_do_not_depend_on_the_process_time_zone() -> None:
             timeout=60,
         ).stdout
         assert json.loads(output) == here
+
+
+def test_a_one_value_minute_range_fires_at_that_minute_only() -> None:
+    start = 1796004000000
+    assert upcoming("5-5 * * * *", "UTC", start, 2) == upcoming("5 * * * *", "UTC", start, 2)

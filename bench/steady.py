@@ -1,0 +1,152 @@
+"""Steady state: N tasks (default 1,000) firing every minute for M minutes (default 10) on K nodes (2).
+
+Reports fire lateness p50 / p99 / max (first attempt's start minus the scheduled minute, DB
+clock), the CPU each node used (all its threads, per minute and per execution), SQL statements
+per execution, and how much the journal and the logs grew per occurrence (bytes: PostgreSQL
+``pg_total_relation_size``, MySQL ``data_length + index_length`` after ANALYZE, SQLite pages in
+``dbstat``; indexes included, and dead row versions not yet vacuumed too -- that is real growth).
+
+Honest timing: the test-only DB clock offset (``HAI_TEST_DB_CLOCK_OFFSET_MS``) is used once,
+to put the nodes ``--lead-s`` seconds before a minute boundary; after that the clock runs at
+its real pace, so a 10-minute run takes about 10 minutes. Each task's cron lists exactly the
+M minutes of the run (``m-59,0-k * * * *``: every minute, but not the minute the nodes start in,
+which would otherwise fire at once as a start-up burst).
+
+    .venv/bin/python bench/steady.py --tasks 1000 --minutes 10 --backend postgresql
+    .venv/bin/python bench/steady.py --tasks 200 --minutes 2          # quick, temporary SQLite
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from _common import (
+    MINUTE_MS,
+    Target,
+    add_common_args,
+    base_parser,
+    fetch,
+    finish,
+    kill_all,
+    next_boundary,
+    offset_for,
+    prepare,
+    register_tasks,
+    run_on_targets,
+    scalar,
+    spawn,
+    spread,
+    sql_per,
+    stop_all,
+    table_bytes,
+    wait_until,
+)
+from sqlalchemy import func, select
+
+from scheduler_core.db import close_engine
+from scheduler_core.db.tables import executions, logs
+from scheduler_core.model import TaskDefinition
+
+COLUMNS = [("backend", "database"), ("tasks", "tasks"), ("minutes", "minutes"), ("occurrences", "occurrences"),
+           ("missing", "missing"), ("duplicates", "duplicates"), ("skipped", "skipped"),
+           ("lateness_p50_ms", "lateness p50 ms"), ("lateness_p99_ms", "p99 ms"), ("lateness_max_ms", "max ms"),
+           ("statements_per_execution", "statements / execution"),
+           ("transactions_per_execution", "transactions / execution"),
+           ("sql_commands_per_execution", "all SQL commands / execution"),
+           ("cpu_s_per_minute", "CPU s / minute / node"),
+           ("cpu_ms_per_execution", "CPU ms / execution"), ("bytes_per_occurrence", "bytes / occurrence")]
+GROWTH_TABLES = ("executions", "logs")
+
+
+def minute_list(first_minute_ms: int, minutes: int) -> str:
+    """The cron minute field naming exactly ``minutes`` consecutive minutes from ``first_minute_ms``."""
+    start = first_minute_ms // MINUTE_MS % 60
+    end = start + minutes - 1
+    if end <= 59:
+        return _span(start, end)
+    return f"{_span(start, 59)},{_span(0, end - 60)}"
+
+
+def _span(low: int, high: int) -> str:
+    # Never "a-a": croniter reads a one-minute range as "*" (every minute).
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def measure(target: Target, count: int, minutes: int, node_count: int, lead_s: float,
+            concurrency: int) -> dict[str, Any]:
+    engine = prepare(target.url)
+    try:
+        first = next_boundary(engine, 0)  # the minute field only; the real first boundary comes below
+        cron = f"{minute_list(first, minutes)} * * * *"
+        register_tasks(engine, (TaskDefinition(id=f"steady-{i:05d}", name=f"Steady {i}", cron=cron)
+                                for i in range(count)))
+        # Cron minutes are absolute: the nodes must see the boundary that the list begins with.
+        offset = offset_for(engine, first, lead_s)
+        size_before = table_bytes(engine, GROWTH_TABLES)
+        last = first + (minutes - 1) * MINUTE_MS
+        env = {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
+        options = {"url": target.url, "concurrency": concurrency, "tick_ms": 1000}
+        procs = [spawn("_node.py", [json.dumps({**options, "node_id": f"steady-{i}"})], f"steady-{i}", env)
+                 for i in range(node_count)]
+        try:
+            wait_until(lambda: _terminal(engine, last) >= count, lead_s + minutes * 60 + 300,
+                       "the last minute's occurrences", procs, poll_s=1.0)
+            stats = stop_all(procs)
+        finally:
+            kill_all(procs)
+        growth = table_bytes(engine, GROWTH_TABLES) - size_before
+        return summarise(engine, target.label, first, last, count, minutes, stats, growth)
+    finally:
+        close_engine(engine)
+
+
+def _terminal(engine: Any, minute: int) -> int:
+    query = select(func.count()).select_from(executions).where(executions.c.scheduled_minute == minute,
+                                                               executions.c.status != "running")
+    return scalar(engine, query)
+
+
+def summarise(engine: Any, kind: str, first: int, last: int, count: int, minutes: int, stats: list[dict[str, Any]],
+              growth: int) -> dict[str, Any]:
+    rows = fetch(engine, select(executions.c.scheduled_minute, executions.c.status, executions.c.sequence,
+                                executions.c.attempts))
+    log_rows = scalar(engine, select(func.count()).select_from(logs))
+    in_window = [r for r in rows if r.scheduled_minute is not None and first <= r.scheduled_minute <= last]
+    lateness = [int(r.attempts[0]["started_at"]) - r.scheduled_minute for r in in_window if r.attempts]
+    executed = max(1, len(lateness))
+    late = spread(lateness)
+    wall_min = max(s["wall_s"] for s in stats) / 60
+    sql = sql_per(stats, executed, kind)
+    return {
+        "tasks": count, "minutes": minutes, "occurrences": len(rows), "log_rows": log_rows,
+        "missing": count * minutes - len(in_window), "duplicates": sum(1 for r in in_window if r.sequence > 1),
+        "skipped": sum(1 for r in in_window if r.status == "skipped"),
+        "statuses": {s: sum(1 for r in rows if r.status == s) for s in sorted({r.status for r in rows})},
+        "lateness_p50_ms": late["p50"], "lateness_p99_ms": late["p99"], "lateness_max_ms": late["max"],
+        "statements_per_execution": sql["statements"], "transactions_per_execution": sql["transactions"],
+        "sql_commands_per_execution": sql["sql_commands"],
+        "cpu_s_per_minute": [round(s["cpu_ms"] / 1000 / wall_min, 2) for s in stats],
+        "cpu_ms_per_execution": round(sum(s["cpu_ms"] for s in stats) / executed, 2),
+        "bytes_per_occurrence": round(growth / max(1, len(rows))), "growth_bytes": growth,
+        "started_per_node": [s["started"] for s in stats],
+    }
+
+
+def main() -> None:
+    parser = base_parser(__doc__)
+    add_common_args(parser)
+    parser.add_argument("--tasks", type=int, default=1_000)
+    parser.add_argument("--minutes", type=int, default=10, choices=range(1, 60), metavar="1..59")
+    parser.add_argument("--lead-s", type=float, default=15.0, help="seconds between node start and the first minute")
+    parser.add_argument("--concurrency", type=int, default=8, help="max_concurrency per node")
+    args = parser.parse_args()
+    rows = run_on_targets(args, parser, "steady", lambda target: measure(
+        target, args.tasks, args.minutes, args.nodes, args.lead_s, args.concurrency))
+    title = (f"Steady state: {args.tasks:,} tasks every minute for {args.minutes} minutes, "
+             f"{args.nodes} nodes (lateness = first attempt start - scheduled minute, DB clock)")
+    finish(COLUMNS, rows, title, args.json)
+
+
+if __name__ == "__main__":
+    main()
