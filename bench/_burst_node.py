@@ -1,4 +1,21 @@
-"""One node of bench/burst.py: counts its SQL statements, transactions and CPU time."""
+"""One node of bench/burst.py: counts its SQL, transactions, CPU time and handler calls.
+
+Counted with SQLAlchemy events on this node's engine, from ``start()`` to ``close()``:
+- ``statements``: every ``before_cursor_execute`` (every statement sent through a cursor,
+  including SQLite's ``BEGIN IMMEDIATE``, which our engine set-up issues as a statement);
+- ``commits`` / ``rollbacks``: the ``commit`` / ``rollback`` events (every transaction ends in
+  exactly one of them; read-only transactions end in a rollback);
+- ``begins``: the ``begin`` event; on PostgreSQL and MySQL the driver sends BEGIN itself
+  (no cursor statement);
+- ``checkouts``: connections taken from the pool; on PostgreSQL and MySQL each is pinged
+  first (``pool_pre_ping``), one more round trip.
+So ``statements + begins + commits + rollbacks + checkouts`` is every command the node sent
+to a PostgreSQL or MySQL server (on SQLite, in-process, the BEGIN is among the statements).
+
+Prints one JSON line on exit, with the occurrence id of every handler call (the bench checks
+that no occurrence was started twice) and the DB time at which its first tick began (the
+bench checks that every node was up before the boundary).
+"""
 
 from __future__ import annotations
 
@@ -15,40 +32,47 @@ from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
 
 
-def main(url: str, node_id: str, concurrency: int) -> None:
+def main(url: str, node_id: str, concurrency: int, max_queued: int) -> None:
     engine = create_engine({"url": url, "pool_size": concurrency + 4})
-    counts = {"statements": 0, "commits": 0, "started": 0}
+    counts = {"statements": 0, "commits": 0, "rollbacks": 0, "begins": 0, "checkouts": 0}
+    calls: list[str] = []
     lock = threading.Lock()
 
-    def on_statement(*_: Any) -> None:
-        with lock:
-            counts["statements"] += 1
+    def counter(name: str) -> Any:
+        def count(*_: Any) -> None:
+            with lock:
+                counts[name] += 1
 
-    def on_commit(*_: Any) -> None:
-        with lock:
-            counts["commits"] += 1
+        return count
 
-    event.listen(engine, "before_cursor_execute", on_statement)
-    event.listen(engine, "commit", on_commit)
+    event.listen(engine, "before_cursor_execute", counter("statements"))
+    event.listen(engine, "commit", counter("commits"))
+    event.listen(engine, "rollback", counter("rollbacks"))
+    event.listen(engine, "begin", counter("begins"))
+    event.listen(engine, "checkout", counter("checkouts"))
 
     def execute(event_: Any) -> Any:
-        with lock:
-            counts["started"] += 1
+        calls.append(event_.context.occurrence_id)  # list.append is atomic under the GIL
         return None
 
-    scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, max_concurrency=concurrency, max_queued=5_000),
+    scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, max_concurrency=concurrency, max_queued=max_queued),
                           hooks={"on_task_execute": execute})
     scheduler.init()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with lock:
-        counts["statements"] = counts["commits"] = 0  # count the running node, not its start-up
+        for name in counts:
+            counts[name] = 0  # count the running node, not its start-up
+    ticks: list[int] = []  # DB time at the start of each tick that completed
+    scheduler.add_tick_listener(ticks.append)
     cpu_before = time.process_time()
     scheduler.start()
     stop.wait()
     scheduler.close()
-    print(json.dumps({**counts, "cpu_ms": int((time.process_time() - cpu_before) * 1000)}))
+    cpu_ms = int((time.process_time() - cpu_before) * 1000)
+    print(json.dumps({**counts, "cpu_ms": cpu_ms, "ticks": len(ticks), "first_tick_db_ms": ticks[0] if ticks else None,
+                      "started": len(calls), "calls": calls}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

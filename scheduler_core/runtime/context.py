@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.executors import ExecutorRegistry
+from scheduler_core.runtime.batching import OwnerWrites
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.leases import DbClockEstimate, LeaseKeeper
 from scheduler_core.store import ExecutionRepository, LogRepository, TaskRepository
@@ -29,6 +30,7 @@ class RuntimeContext:
         self.hooks = hooks  # replaced whole by set_hooks / clear_hooks
         self.clock = DbClockEstimate()
         self.leases = LeaseKeeper(executions, config.renew_interval_ms, config.lease_ms)
+        self.writes = OwnerWrites(executions, logs)  # group commits of begins and terminal commits
         self.forget_task = forget_task
         self._runners: dict[str, Runner] = {}
         self._lock = threading.Lock()
@@ -54,5 +56,9 @@ class RuntimeContext:
             runner.signal.cancel(reason)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no runner is left; then the group commits end (their connections back)."""
         with self._lock:
-            return self.idle.wait_for(lambda: not self._runners, timeout)
+            idle = self.idle.wait_for(lambda: not self._runners, timeout)
+        if idle:
+            self.writes.drain()
+        return idle

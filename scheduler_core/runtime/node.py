@@ -2,32 +2,43 @@
 
 APScheduler's BackgroundScheduler is the local tick source only (one interval job, never
 overlapping); the database decides everything else. Each tick:
-1. one statement: DB clock + tasks version; reload definitions only when the version moved;
-2. one statement: expired leases -> take over (idempotent, budget left), else settle;
+1. one statement: DB clock + tasks version + the earliest lease deadline of running
+   executions (every heartbeat interval the heartbeat's UPDATE carries it back); reload
+   definitions only when the version moved;
+2. only if some lease is over: the expiry scan -> take over (idempotent, budget left), else
+   settle. An idle tick is that one statement (on SQLite also its BEGIN);
 3. claim due occurrences (backlog first) up to free capacity, in batches; re-read their
-   definitions in one statement; hand them to the pool.
+   definitions (one statement: the tasks version, and the full rows only if it moved);
+   hand them to the pool.
+
+Each node claims the occurrences of a minute in its own random order, so that nodes firing
+the same burst mostly claim different rows instead of queueing on each other's row locks
+(within a claim batch, rows are still locked in occurrence-id order).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+from sqlalchemy.engine import Connection
 
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.model import Attempt, Execution, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import DueOccurrence, Planner
 from scheduler_core.runtime.runner import Ownership, Runner
-from scheduler_core.store import ClaimRequest, NodeRepository
+from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
 from scheduler_core.store.dialect import read
 
 logger = logging.getLogger("scheduler_core.node")
@@ -48,6 +59,8 @@ class Node:
         self._last_heartbeat = 0.0
         self._last_retention = time.monotonic()
         self._tick_lock = threading.Lock()
+        self._pooled: set[Runner] = set()  # handed to the pool, not yet settled
+        self._pooled_lock = threading.Lock()
         self.accepting = False
         self.listeners: list[Callable[[int], None]] = []  # called each tick with the DB time
 
@@ -73,9 +86,13 @@ class Node:
             pass
 
     def shutdown_pool(self) -> None:
+        """Wait for the pool's runners to end -- their terminal commits decided, too."""
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
+        with self._pooled_lock:
+            pending = [runner.done for runner in self._pooled]
+        futures.wait(pending)
         try:
             self.nodes.mark_stopped(self.ctx.node_id)
         except Exception:
@@ -93,22 +110,40 @@ class Node:
                 logger.exception("tick failed on node %s; next tick retries", self.ctx.node_id)
 
     def _tick(self) -> None:
-        snapshot = self.ctx.tasks.tick_snapshot()
+        snapshot = self._snapshot()
         self.ctx.clock.observe(snapshot.now_ms)
         if snapshot.tasks_version != self._tasks_version:
             definitions = self.refresh(None)
             self._tasks_version = snapshot.tasks_version
             self.planner.sync(definitions, snapshot.now_ms)
             self._cancel_stale_runners(definitions)
-        self._recover_expired()
-        self.planner.backlog.extend(self.planner.due(snapshot.now_ms))
-        self._claim_backlog()
+        if snapshot.leases_expired:
+            self._recover_expired()
+        due = self.planner.due(snapshot.now_ms)
+        random.shuffle(due)  # see the module docstring: nodes spread over a burst
+        self.planner.backlog.extend(due)
+        try:
+            self._claim_backlog()
+        finally:
+            self.planner.replan()
         self._housekeeping()
         for listener in list(self.listeners):
             try:
                 listener(snapshot.now_ms)
             except Exception:
                 logger.warning("tick listener %r failed", listener, exc_info=True)
+
+    def _snapshot(self) -> TickSnapshot:
+        """The tick's one statement; every heartbeat interval it is the heartbeat's UPDATE,
+        which carries the snapshot back (RETURNING)."""
+        now = time.monotonic()
+        if now - self._last_heartbeat < self.ctx.config.heartbeat_interval_ms / 1000:
+            return self.ctx.tasks.tick_snapshot(leases=True)
+        self._last_heartbeat = now
+        row = self.nodes.heartbeat(self.ctx.node_id, socket.gethostname(), os.getpid(),
+                                   self.ctx.tasks.snapshot_columns(leases=True))
+        assert row is not None
+        return self.ctx.tasks.snapshot_from(row)
 
     def _free_capacity(self) -> int:
         config = self.ctx.config
@@ -144,9 +179,8 @@ class Node:
             self._dispatch_claimed(mine)
 
     def _dispatch_claimed(self, requests: list[ClaimRequest]) -> None:
-        # The definition re-read after the claim, for the whole batch in one statement.
         definitions = read(self.ctx.executions.engine,
-                           lambda conn: self.ctx.tasks.get_many(conn, [r.task_id for r in requests]))
+                           lambda conn: self._definitions_after_claim(conn, [r.task_id for r in requests]))
         for r in requests:
             execution = claimed_execution(r, self.ctx.node_id)
             found = definitions.get(r.task_id)
@@ -157,10 +191,29 @@ class Node:
                 runner.signal.cancel("unreadable")
             self._submit(runner)
 
+    def _definitions_after_claim(self, conn: Connection, task_ids: list[str]) -> dict[str, TaskDefinition | Exception]:
+        """The definitions as stored after the claim, for the whole batch.
+
+        The planner's definitions were read after the tasks version this node last saw; if
+        the version has not moved since, no task changed, and they are the stored ones. Else
+        the batch's rows are read again (one statement either way in the usual case).
+        """
+        if self.ctx.tasks.version(conn) == self._tasks_version:
+            known = {task_id: self.planner.task(task_id) for task_id in task_ids}
+            return {task_id: task for task_id, task in known.items() if task is not None}
+        return self.ctx.tasks.get_many(conn, task_ids)
+
     def _submit(self, runner: Runner) -> None:
         self.ctx.register_runner(runner)
         assert self.pool is not None
-        self.pool.submit(runner.run)
+        with self._pooled_lock:
+            self._pooled.add(runner)
+        runner.done.add_done_callback(lambda _: self._forget_pooled(runner))
+        self.pool.submit(runner.start)
+
+    def _forget_pooled(self, runner: Runner) -> None:
+        with self._pooled_lock:
+            self._pooled.discard(runner)
 
     # --- expired leases -------------------------------------------------------------------
 
@@ -209,9 +262,6 @@ class Node:
     def _housekeeping(self) -> None:
         now = time.monotonic()
         config = self.ctx.config
-        if now - self._last_heartbeat >= config.heartbeat_interval_ms / 1000:
-            self._last_heartbeat = now
-            self.nodes.heartbeat(self.ctx.node_id, socket.gethostname(), os.getpid())
         if (config.max_logs or config.retention_days) and now - self._last_retention >= RETENTION_EVERY_S:
             self._last_retention = now
             try:

@@ -1,6 +1,8 @@
 """Which cron occurrences are due, without evaluating every expression on every tick.
 
-Each enabled task keeps its next fire minute in a heap; a tick pops only what is due.
+Each enabled task keeps its next fire minute in a heap; a tick pops only what is due, and
+plans the popped tasks' next fire (``replan``) after it has claimed this minute's
+occurrences: a burst of 10,000 due tasks is not held back by 10,000 cron evaluations.
 A delayed tick checks the current minute once (missed minutes are not backfilled), and
 an occurrence seen but not yet journaled (node at capacity) stays in the backlog until some
 node journals it -- every occurrence a live node saw ends with exactly one journal row.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler_core.cron import fires_at, next_fire_ms
@@ -33,6 +36,7 @@ class Planner:
     def __init__(self) -> None:
         self._heap: list[tuple[int, str, int]] = []  # (next fire minute, task id, revision)
         self._tasks: dict[str, TaskDefinition] = {}
+        self._popped: list[tuple[str, int, int]] = []  # (task id, revision, minute) waiting for replan
         self.backlog: deque[DueOccurrence] = deque()
 
     def sync(self, tasks: dict[str, TaskDefinition], now_ms: int) -> None:
@@ -41,14 +45,15 @@ class Planner:
         changed = [t for t in tasks.values() if self._tasks.get(t.id) is None
                    or self._tasks[t.id].revision != t.revision]
         self._tasks = dict(tasks)
+        next_fire = _memoized_next_fire()
         for task in changed:
             if task.enabled:
                 # From the minute before the current one: the current minute still counts.
-                first = next_fire_ms(task.cron, task.timezone, current - 1)
-                heapq.heappush(self._heap, (first, task.id, task.revision))
+                heapq.heappush(self._heap, (next_fire(task, current - 1), task.id, task.revision))
 
     def due(self, now_ms: int) -> list[DueOccurrence]:
-        """Occurrences due at the current minute (popped; re-planned for their next fire)."""
+        """Occurrences due at the current minute (popped; ``replan`` plans their next fire)."""
+        self.replan()  # anything a previous tick left: its next fire is before this minute's
         current = minute_of(now_ms)
         found: list[DueOccurrence] = []
         while self._heap and self._heap[0][0] <= current:
@@ -58,8 +63,17 @@ class Planner:
                 continue  # stale entry: the task changed or went away
             if fire == current or fires_at(task.cron, task.timezone, current):
                 found.append(DueOccurrence(task_id, current, revision))
-            heapq.heappush(self._heap, (next_fire_ms(task.cron, task.timezone, current), task_id, revision))
+            self._popped.append((task_id, revision, current))
         return found
+
+    def replan(self) -> None:
+        """Plan the next fire (after the minute they were popped at) of the tasks ``due`` popped."""
+        popped, self._popped = self._popped, []
+        next_fire = _memoized_next_fire()
+        for task_id, revision, minute in popped:
+            task = self._tasks.get(task_id)
+            if task is not None and task.revision == revision and task.enabled:
+                heapq.heappush(self._heap, (next_fire(task, minute), task_id, revision))
 
     def task(self, task_id: str) -> TaskDefinition | None:
         """The definition the planner knows for ``task_id`` (the node's last refresh)."""
@@ -67,3 +81,18 @@ class Planner:
 
     def next_fire(self) -> int | None:
         return self._heap[0][0] if self._heap else None
+
+
+def _memoized_next_fire() -> Callable[[TaskDefinition, int], int]:
+    """``next_fire_ms`` for one planning pass, computed once per (cron, timezone, after):
+    tasks that share a schedule (a burst usually does) cost one evaluation."""
+    known: dict[tuple[str, str, int], int] = {}
+
+    def next_fire(task: TaskDefinition, after_ms: int) -> int:
+        key = (task.cron, task.timezone, after_ms)
+        found = known.get(key)
+        if found is None:
+            found = known[key] = next_fire_ms(task.cron, task.timezone, after_ms)
+        return found
+
+    return next_fire

@@ -10,20 +10,37 @@ Rules kept here (DESIGN §5):
 - an unknown outcome keeps the task's slot; every other terminal outcome releases it;
 - the terminal commit writes every attempt into the journal (logs ``pending``), then the
   logs are projected (``persisted``); a projection failure never changes the outcome.
+
+Begins and terminal commits go through the node's group commits (runtime/batching.py): a
+begin waits for its batch (the handler runs only once its own row is decided), a terminal
+commit is handed over and the worker thread moves on; the runner stays registered -- its
+lease renewed, ``close()`` waiting for it -- until its terminal commit is decided.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistence, TaskDefinition
+from scheduler_core.runtime.batching import FinishOutcome
 from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.store.executions import BeginRequest, FinishRequest
 
 logger = logging.getLogger("scheduler_core.runner")
 CANCELLED_BY_DEFINITION = ("deleted", "disabled", "rescheduled", "unreadable")
+
+
+class Next(enum.Enum):
+    ATTEMPT = "attempt"  # the execution goes on with another attempt
+    COMMITTING = "committing"  # the terminal commit is handed over; deciding it settles the runner
+
+
+Step = ExecutionLog | Next  # what a step decides: the runner's record right now, or what comes next
 
 
 @dataclass
@@ -46,7 +63,10 @@ def definition_problem(execution: Execution, task: TaskDefinition | Exception | 
     if execution.trigger == "cron":
         if not task.enabled:
             return "disabled"
-        if execution.scheduled_minute is not None and not _still_due(task, execution.scheduled_minute):
+        # The revision it was claimed at made it due (the planner checked); any change of
+        # cron or timezone bumps the revision, so only a changed definition is asked again.
+        if (execution.scheduled_minute is not None and task.revision != execution.task_revision
+                and not _still_due(task, execution.scheduled_minute)):
             return "rescheduled"
     return None
 
@@ -62,20 +82,37 @@ class Runner:
         self.ctx = ctx
         self.owned = owned
         self.signal = CancelSignal()
+        self.done: Future[ExecutionLog] = Future()  # the caller-facing record, once settled
 
     # --- entry -----------------------------------------------------------------------
 
     def run(self) -> ExecutionLog:
+        """Run to the end and return the record (``trigger()`` runs it on the caller's thread)."""
+        self.start()
+        return self.done.result()
+
+    def start(self) -> None:
+        """Run until the terminal commit is handed to the node's group commit (a pool worker's
+        entry: the worker is free again while the commit is written)."""
         self.ctx.register_runner(self)
         try:
-            return self._run()
+            step = self._run()
         except Exception:
             logger.exception("runner for %s failed unexpectedly", self.owned.execution.occurrence_id)
-            return self._log("unconfirmed", "internal error")
-        finally:
-            self.ctx.unregister_runner(self)
+            step = self._log("unconfirmed", "internal error")
+        if isinstance(step, ExecutionLog):
+            self._settle(step)
 
-    def _run(self) -> ExecutionLog:
+    def _settle(self, log: ExecutionLog) -> None:
+        """The end of this runner: unregister (lease no longer renewed) and publish the record."""
+        try:
+            self.ctx.unregister_runner(self)
+        finally:
+            if not self.done.done():
+                self.done.set_result(log)
+
+    def _run(self) -> Step:
+        """The steps, up to the record (settle now) or the terminal commit handed over."""
         self._close_open_attempts()
         found: TaskDefinition | Exception | None = self.owned.task
         if self.owned.reread:
@@ -90,7 +127,7 @@ class Runner:
                 return self._log("unconfirmed", "lease lost before the attempt began")
             outcome = self._call_handler()
             decided = self._decide(outcome)
-            if decided is not None:
+            if decided is not Next.ATTEMPT:
                 return decided
 
     # --- steps ---------------------------------------------------------------------------
@@ -108,8 +145,8 @@ class Runner:
         attempt = Attempt(log_id=str(uuid.uuid4()), attempt=number, sequence=self.owned.execution.sequence,
                           node_id=self.ctx.node_id, started_at=self.ctx.clock.now_ms())
         self.owned.attempts.append(attempt)
-        if self.ctx.executions.begin_attempt(self.owned.execution.occurrence_id, self.owned.token,
-                                             self.owned.attempts):
+        request = BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts))
+        if self.ctx.writes.begins.submit(request).result():
             return True
         self.owned.attempts.pop()
         return False
@@ -147,8 +184,8 @@ class Runner:
         self.owned.attempts[-1] = replace(last, status=outcome.status, error=outcome.error,
                                           result=outcome.result, finished_at=self.ctx.clock.now_ms())
 
-    def _decide(self, outcome: Outcome) -> ExecutionLog | None:
-        """Turn an attempt's outcome into the execution's next step (None: try again)."""
+    def _decide(self, outcome: Outcome) -> Step:
+        """Turn an attempt's outcome into the execution's next step."""
         if self.signal.is_set():
             return self._cancelled_after_start()
         task = self.owned.task
@@ -171,7 +208,7 @@ class Runner:
             return exc
         return self.owned.task
 
-    def _wait_for_retry(self) -> ExecutionLog | None:
+    def _wait_for_retry(self) -> Step:
         task = self.owned.task
         assert task is not None
         # The backoff of the definition as last read; the budget is the one stored at claim.
@@ -181,9 +218,9 @@ class Runner:
         problem = definition_problem(self.owned.execution, self._read_definition())
         if problem:
             return self._finish("interrupted", problem, release=True)
-        return None
+        return Next.ATTEMPT
 
-    def _cancelled_before_start(self) -> ExecutionLog:
+    def _cancelled_before_start(self) -> Step:
         """Cancelled while no handler of this owner was running."""
         reason = self.signal.reason or "cancelled"
         if reason == "lease_lost":
@@ -195,7 +232,7 @@ class Runner:
         if last.status != status:
             self.owned.attempts[-1] = replace(last, status=status, error=error, result=None)
 
-    def _cancelled_after_start(self) -> ExecutionLog:
+    def _cancelled_after_start(self) -> Step:
         reason = self.signal.reason or "cancelled"
         if reason == "lease_lost":
             return self._log("unconfirmed", "lease lost while the handler ran")
@@ -212,33 +249,37 @@ class Runner:
 
     # --- terminal commit and logs -------------------------------------------------------
 
-    def _finish(self, status: str, reason: str | None, release: bool) -> ExecutionLog:
-        execution = self.owned.execution
-        attempts = self.owned.attempts
+    def _finish(self, status: str, reason: str | None, release: bool) -> Next:
+        """Hand the terminal commit (with the log projection) to the node's group commit; the
+        runner settles when it is decided."""
+        request = FinishRequest(self.owned.execution, self.owned.token, status, reason, tuple(self.owned.attempts),
+                                release)
+        self.ctx.writes.finishes.submit(request).add_done_callback(lambda f: self._finished(request, f))
+        return Next.COMMITTING
+
+    def _finished(self, request: FinishRequest, future: Future[FinishOutcome]) -> None:
         try:
-            committed = self.ctx.executions.finish(execution, self.owned.token, status, reason, attempts, release)
+            log = self._after_finish(request, future)
+        except Exception:  # the runner must settle whatever happens, or close() would wait forever
+            logger.exception("settling %s failed", request.occurrence_id)
+            log = self._log("unconfirmed", "internal error after the terminal commit", request.status)
+        self._settle(log)
+
+    def _after_finish(self, request: FinishRequest, future: Future[FinishOutcome]) -> ExecutionLog:
+        status = request.status
+        try:
+            outcome = future.result()
         except Exception as exc:
-            logger.warning("terminal commit of %s failed: %s", execution.occurrence_id, exc)
+            logger.warning("terminal commit of %s failed: %s", request.occurrence_id, exc)
             return self._log("unconfirmed", f"terminal commit failed: {exc}", status)
-        if not committed:
+        if not outcome.committed:
             return self._log("unconfirmed", "lease lost before the terminal commit", status)
         self.ctx.leases.remove(self.owned.token)  # settled: nothing left to renew
-        done = replace(execution, status=status, reason=reason, attempts=tuple(attempts))  # type: ignore[arg-type]
-        self.owned.execution = done
-        persistence = self._project(done)
+        self.owned.execution = replace(request.execution, status=status, reason=request.reason,  # type: ignore[arg-type]
+                                       attempts=tuple(request.attempts))
         if status == "success" and self.owned.task is not None and self.owned.task.delete_after_run:
             self._delete_after_run(self.owned.task)
-        return self._log(persistence.status, persistence.error, status)
-
-    def _project(self, execution: Execution) -> LogPersistence:
-        if not execution.attempts:
-            return LogPersistence("persisted")
-        try:
-            self.ctx.logs.project(execution)
-        except Exception as exc:  # never turns a success into a failure
-            logger.warning("log projection of %s failed (pending, repairable): %s", execution.occurrence_id, exc)
-            return LogPersistence("pending", str(exc))
-        return LogPersistence("persisted")
+        return self._log(outcome.persistence.status, outcome.persistence.error, status)
 
     def _delete_after_run(self, task: TaskDefinition) -> None:
         try:

@@ -8,23 +8,41 @@ the lease comparison runs after any wait. Every conditional write checks its row
 
 Token: each ownership of an execution has a fresh random ``execution_token``; the slot row
 holds the token of the execution occupying it.
+
+Batches: claims, begins and terminal commits take many executions at once (``claim``,
+``begin_attempts``, ``finish_many``). An owner's batch is one lock statement over its rows in
+occurrence-id order, then one UPDATE whose WHERE is every row's lease check (DB clock, read
+after the locks) and whose per-row values come from ``dialect.Batch`` (arrays on PostgreSQL,
+CASE elsewhere), and a per-row answer: ``RETURNING`` on PostgreSQL and SQLite; on MySQL (no
+``UPDATE ... RETURNING``) the matched-row count, and only when it falls short a re-read of the
+locked rows' ``updated_at`` (which every owner write advances) against what the lock read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
-from sqlalchemy import and_, case, func, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.sql.dml import Update
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions, slots
 from scheduler_core.model import Attempt, Execution
-from scheduler_core.store.dialect import greatest, insert_ignore, read, write
+from scheduler_core.store.dialect import (
+    Batch,
+    StatementCache,
+    greatest,
+    insert_ignore_many,
+    is_retryable,
+    read,
+    write,
+)
+from scheduler_core.store.logs import project_logs
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,43 @@ class ClaimRequest:
 class ClaimResult:
     occurrence_id: str
     outcome: str  # claimed | skipped (journaled, slot busy) | exists (journaled before, not by us)
+
+
+@dataclass(frozen=True)
+class BeginRequest:
+    """The owner starts attempt ``len(attempts)`` (the last one) of an execution now."""
+
+    occurrence_id: str
+    token: str
+    attempts: Sequence[Attempt]
+
+
+@dataclass(frozen=True)
+class FinishRequest:
+    """The owner's terminal commit of one execution."""
+
+    execution: Execution
+    token: str
+    status: str
+    reason: str | None
+    attempts: Sequence[Attempt]
+    release_slot: bool  # False for an unknown outcome: the slot stays held
+
+    @property
+    def occurrence_id(self) -> str:
+        return self.execution.occurrence_id
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    committed: frozenset[str]  # occurrence ids whose terminal commit applied (the rest were lost)
+    persisted: frozenset[str]  # of those, the ones whose logs were projected in the same transaction
+    projection_error: str | None = None  # why the projection was left out (those rows stay pending)
+
+
+class ProjectionFailedError(Exception):
+    """The log projection inside a terminal commit failed; the transaction is rolled back and
+    the terminal commit is made again without it."""
 
 
 def execution_from_row(row: Row[Any]) -> Execution:
@@ -71,6 +126,12 @@ def _json_attempts(attempts: Iterable[Attempt]) -> list[dict[str, Any]]:
     return [a.to_json() for a in attempts]
 
 
+T = TypeVar("T")
+_c = executions.c
+_BEGIN_COLUMNS = {"execution_token": _c.execution_token, "attempt": _c.attempt, "attempts": _c.attempts}
+_FINISH_COLUMNS = {**_BEGIN_COLUMNS, "status": _c.status, "reason": _c.reason, "log_persistence": _c.log_persistence}
+
+
 class ExecutionRepository:
     """Journal and slot statements. ``lease_ms`` is this node's lease length."""
 
@@ -78,6 +139,7 @@ class ExecutionRepository:
         self.engine = engine
         self.node_id = node_id
         self.lease_ms = lease_ms
+        self._statements = StatementCache()
 
     def _touch(self, conn: Connection) -> Any:
         """updated_at that never goes back, even if the DB clock steps back."""
@@ -95,6 +157,57 @@ class ExecutionRepository:
         """
         if dialect_kind(conn) != "sqlite":
             conn.execute(select(executions.c.occurrence_id).where(condition).with_for_update())
+
+    def _statement(self, batch: Batch, name: str, build: Callable[[], T]) -> T:
+        """``build()``, or the cached statement when the batch's SQL does not depend on it."""
+        return self._statements.get(name, build) if batch.cacheable else build()
+
+    def _lock_batch(self, conn: Connection, ids: list[str]) -> dict[str, Any]:
+        """``_lock_rows`` for a batch, in occurrence-id order (concurrent lockers queue alike).
+
+        Returns each locked row's ``updated_at``: while we hold the locks only our own write
+        can change it, which is how MySQL learns per row what its UPDATE changed.
+        """
+        if dialect_kind(conn) == "sqlite":
+            return {}
+        batch = Batch(conn).listed("ids", ids)
+        query = self._statement(batch, "lock", lambda: (
+            select(executions.c.occurrence_id, executions.c.updated_at)
+            .where(batch.one_of(executions.c.occurrence_id, "ids"))
+            .order_by(executions.c.occurrence_id).with_for_update()))
+        return {row[0]: row[1] for row in conn.execute(query, batch.params)}
+
+    @staticmethod
+    def _owned_batch(batch: Batch) -> Any:
+        """Still ours, for every row of a batch (token, running, lease unexpired at the DB clock).
+
+        PostgreSQL matches each row's own token; elsewhere ``token IN tokens`` does the same
+        (tokens are random per ownership: a token belongs to one occurrence only).
+        """
+        token = (executions.c.execution_token == batch.value("execution_token") if batch.cacheable
+                 else batch.one_of(executions.c.execution_token, "tokens"))
+        return and_(batch.matches(), token, executions.c.status == "running",
+                    executions.c.lease_until > db_now_ms())
+
+    @staticmethod
+    def _changed(conn: Connection, statement: Update, batch: Batch, ids: list[str],
+                 before: dict[str, Any]) -> set[str]:
+        """Run an owner's lease-checked UPDATE (with RETURNING, except on MySQL) over locked
+        rows; the ids it changed."""
+        if dialect_kind(conn) != "mysql":
+            return set(conn.execute(statement, batch.params).scalars())
+        matched = conn.execute(statement, batch.params).rowcount  # MySQL: rows matched by the WHERE
+        if matched == len(ids):
+            return set(ids)
+        if matched == 0:
+            return set()
+        after = {row[0]: row[1] for row in conn.execute(
+            select(executions.c.occurrence_id, executions.c.updated_at).where(executions.c.occurrence_id.in_(ids)))}
+        return {i for i in ids if i in after and after[i] != before.get(i)}
+
+    @staticmethod
+    def _returning(conn: Connection, statement: Update) -> Update:
+        return statement if dialect_kind(conn) == "mysql" else statement.returning(executions.c.occurrence_id)
 
     def _owned(self, occurrence_id: str, token: str) -> Any:
         """Still ours: our token, still running, lease not yet expired (DB clock, now)."""
@@ -117,14 +230,20 @@ class ExecutionRepository:
         return write(self.engine, lambda conn: self._claim(conn, ordered))
 
     def _claim(self, conn: Connection, requests: list[ClaimRequest]) -> list[ClaimResult]:
-        conn.execute(insert_ignore(conn, executions, [self._new_row(r) for r in requests]))
-        ids = [r.occurrence_id for r in requests]
-        query = select(executions.c.occurrence_id, executions.c.execution_token).where(
-            executions.c.occurrence_id.in_(ids))
-        tokens: dict[str, str | None] = {row[0]: row[1] for row in conn.execute(query)}
-        won = [r for r in requests if tokens.get(r.occurrence_id) == r.token]
-        holders = self._take_slots(conn, won)
-        skipped = [r.occurrence_id for r in won if holders.get(r.task_id) != r.occurrence_id]
+        fresh = self._not_journaled(conn, requests)
+        if not fresh:
+            return [ClaimResult(r.occurrence_id, "exists") for r in requests]
+        inserted = insert_ignore_many(conn, executions, [self._new_row(r) for r in fresh], self._new_row_common(),
+                                      self._statements, "claim")
+        if inserted is not None:  # the rows this statement inserted are the ones we won
+            won = [r for r in fresh if r.occurrence_id in inserted]
+        else:
+            query = select(executions.c.occurrence_id, executions.c.execution_token).where(
+                executions.c.occurrence_id.in_([r.occurrence_id for r in fresh]))
+            tokens: dict[str, str | None] = {row[0]: row[1] for row in conn.execute(query)}
+            won = [r for r in fresh if tokens.get(r.occurrence_id) == r.token]
+        seated = self._take_slots(conn, won)
+        skipped = [r.occurrence_id for r in won if r.occurrence_id not in seated]
         if skipped:
             conn.execute(update(executions).where(executions.c.occurrence_id.in_(skipped))
                          .values(status="skipped", reason="slot_busy", lease_until=None, updated_at=db_now_ms()))
@@ -132,36 +251,73 @@ class ExecutionRepository:
         return [ClaimResult(r.occurrence_id, ("skipped" if r.occurrence_id in skipped else "claimed")
                             if r.occurrence_id in won_ids else "exists") for r in requests]
 
-    def _new_row(self, r: ClaimRequest) -> dict[str, Any]:
-        now = db_now_ms()
+    @staticmethod
+    def _not_journaled(conn: Connection, requests: list[ClaimRequest]) -> list[ClaimRequest]:
+        """MySQL/MariaDB: the requests whose occurrence is not journaled yet (a non-locking read).
+
+        InnoDB's duplicate-key check of an INSERT waits for any lock on the existing row: an
+        owner frozen mid-write (GC pause, SIGSTOP) would stall this claim -- and with it the
+        whole tick -- for as long as it stays frozen. Rows already committed are left out, so
+        the INSERT only meets rows that are being claimed right now. (PostgreSQL's ON CONFLICT
+        does not wait on a row lock; SQLite serialises writers anyway.)
+        """
+        if dialect_kind(conn) != "mysql":
+            return requests
+        query = select(executions.c.occurrence_id).where(
+            executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
+        journaled = set(conn.execute(query).scalars())
+        return [r for r in requests if r.occurrence_id not in journaled]
+
+    @staticmethod
+    def _new_row(r: ClaimRequest) -> dict[str, Any]:
+        """The columns of a new journal row that differ per occurrence."""
         return {
             "occurrence_id": r.occurrence_id, "task_id": r.task_id, "task_revision": r.task_revision,
             "trigger": r.trigger, "source": r.source, "idempotency_key": r.idempotency_key,
-            "scheduled_minute": r.scheduled_minute, "status": "running", "reason": None, "sequence": 1,
-            "attempt": 0, "max_attempts": r.max_attempts, "execution_token": r.token, "owner_node": self.node_id,
+            "scheduled_minute": r.scheduled_minute, "max_attempts": r.max_attempts, "execution_token": r.token,
+        }
+
+    def _new_row_common(self) -> dict[str, Any]:
+        """The columns every new journal row of a claim gets: running under our lease (DB clock)."""
+        now = db_now_ms()
+        return {
+            "status": "running", "reason": None, "sequence": 1, "attempt": 0, "owner_node": self.node_id,
             "lease_until": now + self.lease_ms, "next_attempt_at": None, "attempts": [],
             "log_persistence": None, "resolved_by": None, "resolution_reason": None,
             "created_at": now, "updated_at": now,
         }
 
-    def _take_slots(self, conn: Connection, won: list[ClaimRequest]) -> dict[str, str | None]:
-        """Take free slots for the first won occurrence of each task; return slot holders."""
+    def _take_slots(self, conn: Connection, won: list[ClaimRequest]) -> set[str]:
+        """Take the free slots for the first won occurrence of each task; returns the
+        occurrence ids now seated in their task's slot."""
         first: dict[str, ClaimRequest] = {}
         for r in won:
             first.setdefault(r.task_id, r)
         if not first:
-            return {}
+            return set()
         task_ids = sorted(first)
-        conn.execute(insert_ignore(conn, slots, [{"task_id": t, "occurrence_id": None, "execution_token": None,
-                                                  "updated_at": db_now_ms()} for t in task_ids]))
-        conn.execute(
-            update(slots)
-            .where(slots.c.task_id.in_(task_ids), slots.c.occurrence_id.is_(None))
-            .values(occurrence_id=case({t: r.occurrence_id for t, r in first.items()}, value=slots.c.task_id),
-                    execution_token=case({t: r.token for t, r in first.items()}, value=slots.c.task_id),
-                    updated_at=db_now_ms()))
-        return dict(conn.execute(select(slots.c.task_id, slots.c.occurrence_id)
-                                 .where(slots.c.task_id.in_(task_ids))).all())
+        # A task's slot row is made with the task; this covers one missing for any reason.
+        insert_ignore_many(conn, slots, [{"task_id": t} for t in task_ids],
+                           {"occurrence_id": None, "execution_token": None, "updated_at": db_now_ms()},
+                           self._statements, "claim_slots")
+        batch = Batch(conn).rows(slots.c.task_id, {t: {"occurrence_id": first[t].occurrence_id,
+                                                      "execution_token": first[t].token} for t in task_ids},
+                                 {"occurrence_id": slots.c.occurrence_id, "execution_token": slots.c.execution_token})
+
+        def take() -> Update:
+            taken = (update(slots).where(batch.matches(), slots.c.occurrence_id.is_(None))
+                     .values(occurrence_id=batch.value("occurrence_id"),
+                             execution_token=batch.value("execution_token"), updated_at=db_now_ms()))
+            return taken if dialect_kind(conn) == "mysql" else taken.returning(slots.c.task_id)
+
+        statement = self._statement(batch, "take_slots", take)
+        if dialect_kind(conn) != "mysql":
+            seated = set(conn.execute(statement, batch.params).scalars())
+        else:
+            conn.execute(statement, batch.params)
+            holders = conn.execute(select(slots.c.task_id, slots.c.occurrence_id).where(slots.c.task_id.in_(task_ids)))
+            seated = {task_id for task_id, holder in holders if holder == first[task_id].occurrence_id}
+        return {first[t].occurrence_id for t in seated}
 
     # --- owner's statements -----------------------------------------------------------
 
@@ -171,16 +327,32 @@ class ExecutionRepository:
         Changes attempt, attempts, lease_until, updated_at. False: the lease is lost, and the
         handler must not run.
         """
+        return occurrence_id in self.begin_attempts([BeginRequest(occurrence_id, token, tuple(attempts))])
 
-        def work(conn: Connection) -> bool:
-            self._lock_rows(conn, executions.c.occurrence_id == occurrence_id)
-            return conn.execute(
-                update(executions).where(self._owned(occurrence_id, token))
-                .values(attempt=len(attempts), attempts=_json_attempts(attempts),
-                        lease_until=db_now_ms() + self.lease_ms, updated_at=self._touch(conn))
-            ).rowcount == 1
+    def begin_attempts(self, requests: Sequence[BeginRequest], conn: Connection | None = None) -> set[str]:
+        """``begin_attempt`` for many executions in one transaction; returns the ids that began.
 
-        return write(self.engine, work)
+        Each row is decided on its own: one whose lease is lost (expired, taken over, settled)
+        is left unchanged and missing from the answer, and its handler must not run. ``conn``:
+        a connection the caller keeps (else one from the pool).
+        """
+        if not requests:
+            return set()
+        ordered = sorted(requests, key=lambda r: r.occurrence_id)
+        return write(conn or self.engine, lambda c: self._begin(c, ordered))
+
+    def _begin(self, conn: Connection, requests: list[BeginRequest]) -> set[str]:
+        ids = [r.occurrence_id for r in requests]
+        before = self._lock_batch(conn, ids)
+        batch = Batch(conn).listed("tokens", [r.token for r in requests]).rows(
+            executions.c.occurrence_id, {r.occurrence_id: {
+                "execution_token": r.token, "attempt": len(r.attempts), "attempts": _json_attempts(r.attempts),
+            } for r in requests}, _BEGIN_COLUMNS)
+        statement = self._statement(batch, "begin", lambda: self._returning(conn, update(executions).where(
+            self._owned_batch(batch)).values(
+            attempt=batch.value("attempt"), attempts=batch.value("attempts"),
+            lease_until=db_now_ms() + self.lease_ms, updated_at=self._touch(conn))))
+        return self._changed(conn, statement, batch, ids, before)
 
     def renew(self, tokens: Sequence[str]) -> set[str]:
         """Extend the leases of our running executions; returns the tokens that are LOST.
@@ -216,24 +388,68 @@ class ExecutionRepository:
 
         Applies only while we own the execution (token, running, lease unexpired). The slot is
         released only when ``release_slot`` (an unknown outcome keeps it). False: we lost the
-        execution and nothing changed.
+        execution and nothing changed. The logs are not projected here (see ``finish_many``).
         """
+        request = FinishRequest(execution, token, status, reason, tuple(attempts), release_slot)
+        return execution.occurrence_id in self.finish_many([request], project=False).committed
 
-        def work(conn: Connection) -> bool:
-            self._lock_rows(conn, executions.c.occurrence_id == execution.occurrence_id)
-            changed = conn.execute(
-                update(executions).where(self._owned(execution.occurrence_id, token))
-                .values(status=status, reason=reason, attempts=_json_attempts(attempts),
-                        attempt=len(attempts), lease_until=None, next_attempt_at=None,
-                        log_persistence="pending" if attempts else None, updated_at=self._touch(conn))
-            ).rowcount
-            if changed != 1:
-                return False
-            if release_slot:
-                self._release_slot(conn, execution.task_id, execution.occurrence_id)
-            return True
+    def finish_many(self, requests: Sequence[FinishRequest], project: bool = True,
+                    conn: Connection | None = None) -> FinishResult:
+        """Terminal commits of many executions in one transaction, with their log projection.
 
-        return write(self.engine, work)
+        Per row as in ``finish``: a row we no longer own is left unchanged and missing from
+        ``committed``. With ``project`` the committed rows' logs are inserted and the journal
+        marked ``persisted`` in the same transaction. If that projection fails, the whole
+        transaction is rolled back and the terminal commits are made again without it: the
+        journal then says ``pending`` (the truth is in the journal either way) and
+        ``projection_error`` says why.
+        """
+        if not requests:
+            return FinishResult(frozenset(), frozenset())
+        ordered = sorted(requests, key=lambda r: r.occurrence_id)
+        bind = conn or self.engine
+        if project:
+            try:
+                return write(bind, lambda c: self._finish(c, ordered, True))
+            except ProjectionFailedError as exc:
+                error = str(exc)
+        else:
+            error = None
+        result = write(bind, lambda c: self._finish(c, ordered, False))
+        return replace(result, projection_error=error)
+
+    def _finish(self, conn: Connection, requests: list[FinishRequest], project: bool) -> FinishResult:
+        ids = [r.occurrence_id for r in requests]
+        before = self._lock_batch(conn, ids)
+        batch = Batch(conn).listed("tokens", [r.token for r in requests]).rows(
+            executions.c.occurrence_id, {r.occurrence_id: {
+                "execution_token": r.token, "status": r.status, "reason": r.reason, "attempt": len(r.attempts),
+                "attempts": _json_attempts(r.attempts), "log_persistence": "pending" if r.attempts else None,
+            } for r in requests}, _FINISH_COLUMNS)
+        statement = self._statement(batch, "finish", lambda: self._returning(conn, update(executions).where(
+            self._owned_batch(batch)).values(
+            status=batch.value("status"), reason=batch.value("reason"), attempts=batch.value("attempts"),
+            attempt=batch.value("attempt"), log_persistence=batch.value("log_persistence"),
+            lease_until=None, next_attempt_at=None, updated_at=self._touch(conn))))
+        won = self._changed(conn, statement, batch, ids, before)
+        released = [r for r in requests if r.occurrence_id in won and r.release_slot]
+        if released:  # an occurrence belongs to one task: (task, occurrence) pairs need no CASE
+            freed = (Batch(conn).listed("task_ids", sorted({r.execution.task_id for r in released}))
+                     .listed("ids", [r.occurrence_id for r in released]))
+            conn.execute(self._statement(freed, "release_slots", lambda: update(slots).where(
+                freed.one_of(slots.c.task_id, "task_ids"), freed.one_of(slots.c.occurrence_id, "ids"))
+                .values(occurrence_id=None, execution_token=None, updated_at=db_now_ms())), freed.params)
+        persisted: frozenset[str] = frozenset()
+        if project:
+            done = [replace(r.execution, status=r.status, reason=r.reason, attempts=tuple(r.attempts),  # type: ignore[arg-type]
+                            log_persistence="pending") for r in requests if r.occurrence_id in won and r.attempts]
+            try:
+                persisted = frozenset(project_logs(conn, done, self._statements))
+            except Exception as exc:
+                if is_retryable(exc):
+                    raise  # lock contention: the whole transaction is run again
+                raise ProjectionFailedError(f"{type(exc).__name__}: {exc}") from exc
+        return FinishResult(frozenset(won), persisted)
 
     def expire_now(self, occurrence_id: str, token: str) -> bool:
         """Give up ownership so another node may take over at once (close of an idempotent run)."""
@@ -264,6 +480,21 @@ class ExecutionRepository:
                     executions.c.execution_token == execution.execution_token,
                     executions.c.status == "running", executions.c.lease_until < db_now_ms())
 
+    def _lock_expired(self, conn: Connection, execution: Execution) -> bool:
+        """Lock the expired row for recovery, skipping it when another transaction holds it.
+
+        A row locked by someone else belongs to a live transaction -- often its owner frozen
+        mid-write (GC pause, SIGSTOP, VM freeze). Waiting for it would stall this node's whole
+        tick (recovery runs before the claims): every other task would miss its minute. The
+        row is skipped instead and looked at again next tick. Locking first also makes the
+        following UPDATE read the DB clock after the lock is held (see ``_lock_rows``).
+        """
+        if dialect_kind(conn) == "sqlite":
+            return True  # BEGIN IMMEDIATE already serialises writers
+        locked = conn.execute(select(executions.c.occurrence_id).where(self._expired_by(execution))
+                              .with_for_update(skip_locked=True)).first()
+        return locked is not None
+
     def take_over(self, execution: Execution, new_token: str) -> bool:
         """Become the owner of an expired execution: new token, sequence + 1, fresh lease.
 
@@ -272,6 +503,8 @@ class ExecutionRepository:
         """
 
         def work(conn: Connection) -> bool:
+            if not self._lock_expired(conn, execution):
+                return False
             changed = conn.execute(
                 update(executions).where(self._expired_by(execution))
                 .values(execution_token=new_token, owner_node=self.node_id, sequence=executions.c.sequence + 1,
@@ -291,6 +524,8 @@ class ExecutionRepository:
         handler may have run, ``interrupted`` (slot released) when no attempt ever began."""
 
         def work(conn: Connection) -> bool:
+            if not self._lock_expired(conn, execution):
+                return False
             changed = conn.execute(
                 update(executions).where(self._expired_by(execution))
                 .values(status=status, reason=reason, attempts=_json_attempts(attempts), lease_until=None,

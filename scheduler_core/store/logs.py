@@ -3,16 +3,19 @@
 The journal is the truth; a log row is its projection, keyed by the attempt's stable UUID.
 Projection inserts missing rows and compares existing ones field by field, then marks the
 journal ``persisted`` -- all in one transaction, so replaying it (after a lost
-acknowledgement, or from another node's ``repair_log``) is harmless.
+acknowledgement, or from another node's ``repair_log``) is harmless. The node projects a
+batch of terminal commits inside their own transaction (``project_logs`` called by
+``ExecutionRepository.finish_many``); ``repair_log`` uses ``project``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 
 from scheduler_core.db.clock import db_now_ms, optional_ms
@@ -20,7 +23,7 @@ from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.errors import LogPersistFailedError
 from scheduler_core.model import Attempt, Execution, ExecutionLog
-from scheduler_core.store.dialect import insert_ignore, read, write
+from scheduler_core.store.dialect import Batch, StatementCache, insert_ignore_many, read, write
 
 _COMPARED = ("occurrence_id", "task_id", "trigger", "source", "status", "sequence", "attempt", "node_id",
              "started_at", "finished_at", "duration_ms", "error", "result")
@@ -62,6 +65,56 @@ def _normal(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def project_logs(conn: Connection, journaled: Sequence[Execution], cache: StatementCache | None = None) -> set[str]:
+    """Project the attempts of journaled executions into log rows, in the caller's transaction,
+    and mark those that were ``pending`` as ``persisted``; returns the ids so marked.
+
+    Missing rows are inserted; rows that exist already (a replay) are compared field by field
+    and a difference raises LogPersistFailedError. The caller's transaction is the unit: the
+    terminal commit of a batch, or one ``project`` call.
+    """
+    rows = [log_row(execution, a) for execution in journaled for a in execution.attempts]
+    if rows:
+        inserted = insert_ignore_many(conn, logs, rows, {"created_at": db_now_ms()}, cache, "logs")
+        # Rows that were there already (a replay) must match; MySQL cannot tell which those are.
+        existing = rows if inserted is None else [r for r in rows if r["id"] not in inserted]
+        if existing:
+            _compare_existing(conn, existing)
+    ids = [execution.occurrence_id for execution in journaled]
+    if not ids:
+        return set()
+    batch = Batch(conn).listed("ids", ids)
+
+    def marked() -> Any:
+        pending = and_(batch.one_of(executions.c.occurrence_id, "ids"), executions.c.log_persistence == "pending")
+        statement = update(executions).where(pending).values(log_persistence="persisted")
+        return statement if dialect_kind(conn) == "mysql" else statement.returning(executions.c.occurrence_id)
+
+    statement = cache.get("mark_persisted", marked) if cache is not None and batch.cacheable else marked()
+    if dialect_kind(conn) != "mysql":
+        return set(conn.execute(statement, batch.params).scalars())
+    if len(ids) == 1:
+        return set(ids) if conn.execute(statement, batch.params).rowcount == 1 else set()
+    # MySQL, several rows (no UPDATE ... RETURNING): lock the pending ones, then mark exactly those.
+    ids = list(conn.execute(select(executions.c.occurrence_id).where(
+        executions.c.occurrence_id.in_(ids), executions.c.log_persistence == "pending").with_for_update()).scalars())
+    if ids:
+        conn.execute(update(executions).where(executions.c.occurrence_id.in_(ids)).values(log_persistence="persisted"))
+    return set(ids)
+
+
+def _compare_existing(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    stored = {r.id: r._mapping for r in conn.execute(select(logs).where(logs.c.id.in_([r["id"] for r in rows])))}
+    for row in rows:
+        existing = stored.get(row["id"])
+        if existing is None:
+            raise LogPersistFailedError(f"log {row['id']} was not written", log_id=row["id"])
+        for name in _COMPARED:
+            if _normal(existing[name]) != _normal(row[name]):
+                raise LogPersistFailedError(
+                    f"log {row['id']} differs from the journal in {name!r}", log_id=row["id"], field=name)
+
+
 class LogRepository:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -72,31 +125,7 @@ class LogRepository:
         Returns False when the journal was not ``pending`` (nothing to do, or already done).
         Raises LogPersistFailedError when an existing row differs from the journal.
         """
-
-        def work(conn: Connection) -> bool:
-            rows = [log_row(execution, a) for a in execution.attempts]
-            if rows:
-                inserted = conn.execute(insert_ignore(conn, logs, [{**r, "created_at": db_now_ms()} for r in rows]))
-                if dialect_kind(conn) == "mysql" or inserted.rowcount != len(rows):
-                    self._compare_existing(conn, rows)
-            return conn.execute(
-                update(executions).where(executions.c.occurrence_id == execution.occurrence_id,
-                                         executions.c.log_persistence == "pending")
-                .values(log_persistence="persisted")).rowcount == 1
-
-        return write(self.engine, work)
-
-    @staticmethod
-    def _compare_existing(conn: Connection, rows: list[dict[str, Any]]) -> None:
-        stored = {r.id: r._mapping for r in conn.execute(select(logs).where(logs.c.id.in_([r["id"] for r in rows])))}
-        for row in rows:
-            existing = stored.get(row["id"])
-            if existing is None:
-                raise LogPersistFailedError(f"log {row['id']} was not written", log_id=row["id"])
-            for name in _COMPARED:
-                if _normal(existing[name]) != _normal(row[name]):
-                    raise LogPersistFailedError(
-                        f"log {row['id']} differs from the journal in {name!r}", log_id=row["id"], field=name)
+        return write(self.engine, lambda conn: bool(project_logs(conn, [execution])))
 
     def query(self, where: LogFilter, limit: int, offset: int) -> list[ExecutionLog]:
         query = select(logs)

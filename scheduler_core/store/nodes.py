@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select, update
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, Row
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import nodes
 from scheduler_core.store.dialect import insert_ignore, read, write
 
@@ -26,19 +29,29 @@ class NodeRepository:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def heartbeat(self, node_id: str, host: str, pid: int) -> None:
-        """Create the node row on first call; afterwards refresh ``last_seen_at``."""
+    def heartbeat(self, node_id: str, host: str, pid: int, returning: Sequence[Any] = ()) -> Row[Any] | None:
+        """Create the node row on first call; afterwards refresh ``last_seen_at``.
 
-        def work(conn: Connection) -> None:
-            changed = conn.execute(update(nodes).where(nodes.c.node_id == node_id)
-                                   .values(last_seen_at=db_now_ms(), stopped_at=None)).rowcount
-            if changed == 0:
+        ``returning``: SQL expressions to evaluate in the same transaction and return (the
+        node's tick snapshot), carried by the UPDATE's RETURNING where the database has it, so
+        a heartbeat tick costs no more statements than any other tick.
+        """
+
+        def work(conn: Connection) -> Row[Any] | None:
+            beat = update(nodes).where(nodes.c.node_id == node_id).values(last_seen_at=db_now_ms(), stopped_at=None)
+            carried = bool(returning) and dialect_kind(conn) != "mysql"
+            result = conn.execute(beat.returning(*returning) if carried else beat)
+            row = result.first() if carried else None
+            if (row is None if carried else result.rowcount == 0):
                 now = db_now_ms()
                 conn.execute(insert_ignore(conn, nodes, [{"node_id": node_id, "host": host, "pid": pid,
                                                           "started_at": now, "last_seen_at": now,
                                                           "stopped_at": None}]))
+            if returning and row is None:
+                row = conn.execute(select(*returning)).one()
+            return row
 
-        write(self.engine, work)
+        return write(self.engine, work)
 
     def mark_stopped(self, node_id: str) -> None:
         write(self.engine, lambda conn: conn.execute(

@@ -6,7 +6,7 @@ a node learns that something changed with one read per tick (``tick_snapshot``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -14,8 +14,8 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
-from scheduler_core.db.clock import db_now_ms, to_ms
-from scheduler_core.db.tables import scheduler_meta, slots, tasks
+from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.tables import executions, scheduler_meta, slots, tasks
 from scheduler_core.errors import (
     DatabaseError,
     DbSaveFailedError,
@@ -24,7 +24,7 @@ from scheduler_core.errors import (
     TaskAlreadyExistsError,
 )
 from scheduler_core.model import RetryPolicy, TaskDefinition, validate_task
-from scheduler_core.store.dialect import greatest, insert_ignore, read, write
+from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore, read, write
 
 TASKS_VERSION = "tasks_version"
 T = TypeVar("T")
@@ -34,6 +34,12 @@ T = TypeVar("T")
 class TickSnapshot:
     now_ms: int  # database clock
     tasks_version: int  # bumped by every task change
+    earliest_lease_until: int | None = None  # of running executions (asked with leases=True)
+
+    @property
+    def leases_expired(self) -> bool:
+        """Some running execution's lease is over: the expiry scan has work."""
+        return self.earliest_lease_until is not None and self.earliest_lease_until < self.now_ms
 
 
 def task_from_row(row: Row[Any] | Mapping[str, Any]) -> TaskDefinition:
@@ -79,16 +85,31 @@ class TaskRepository:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._snapshots = StatementCache()  # the tick's statement, built once
 
-    def tick_snapshot(self) -> TickSnapshot:
-        """One statement: the DB clock and the tasks version."""
+    def tick_snapshot(self, leases: bool = False) -> TickSnapshot:
+        """One statement: the DB clock and the tasks version; with ``leases`` also the earliest
+        lease deadline of the running executions, so that an idle tick knows without a second
+        statement whether the expiry scan has anything to do (an index lookup on
+        ``(status, lease_until)``, evaluated in the same statement as the clock)."""
+        query = self._snapshots.get(f"snapshot:{leases}", lambda: select(*self.snapshot_columns(leases)))
+        return read(self.engine, lambda conn: self.snapshot_from(conn.execute(query).one()))
+
+    @staticmethod
+    def snapshot_columns(leases: bool) -> list[Any]:
+        """The tick snapshot as SQL expressions (another statement may carry them, e.g. the
+        heartbeat's UPDATE ... RETURNING)."""
         version = select(scheduler_meta.c.value).where(scheduler_meta.c.name == TASKS_VERSION).scalar_subquery()
+        columns: list[Any] = [db_now_ms(), version]
+        if leases:
+            columns.append(select(func.min(executions.c.lease_until))
+                           .where(executions.c.status == "running").scalar_subquery())
+        return columns
 
-        def work(conn: Connection) -> TickSnapshot:
-            row = conn.execute(select(db_now_ms(), version)).one()
-            return TickSnapshot(to_ms(row[0], "db_now_ms"), to_ms(row[1] or 0, TASKS_VERSION))
-
-        return read(self.engine, work)
+    @staticmethod
+    def snapshot_from(row: Sequence[Any]) -> TickSnapshot:
+        earliest = optional_ms(row[2], "lease_until") if len(row) > 2 else None
+        return TickSnapshot(to_ms(row[0], "db_now_ms"), to_ms(row[1] or 0, TASKS_VERSION), earliest)
 
     def load_all(self) -> tuple[int, list[TaskDefinition]]:
         """Every stored task and the tasks version they correspond to (one snapshot).
@@ -103,6 +124,12 @@ class TaskRepository:
 
         version, rows = read(self.engine, work)
         return version, [task_from_row(row) for row in rows]
+
+    @staticmethod
+    def version(conn: Connection) -> int:
+        """The tasks version now: unchanged since a read means no task changed since then."""
+        value = conn.execute(select(scheduler_meta.c.value).where(scheduler_meta.c.name == TASKS_VERSION)).scalar()
+        return to_ms(value or 0, TASKS_VERSION)
 
     def get(self, task_id: str, conn: Connection | None = None) -> TaskDefinition | None:
         if conn is not None:

@@ -1,0 +1,248 @@
+"""Group commit of owner writes: many runners' begins and finishes in few transactions.
+
+A burst puts hundreds of runners on one node within a second. Each one's begin and terminal
+commit is a small lease-checked write; done one by one, the round trips and the per-statement
+overhead dominate. Here a runner hands its write to a :class:`GroupCommit` and gets a Future;
+one flusher thread per kind takes everything queued and writes it in one transaction (the
+repository locks the batch's rows first, then decides every row with the DB clock after the
+wait, and reports per row). Batches form by themselves: while one flush runs, the next one
+queues. No write waits for a timer.
+
+Each flusher keeps one connection while batches follow each other (no pool check-out and
+pre-ping per transaction); it gives it back as soon as it has nothing to do for a moment
+(``RELEASE_S``), and drops it after any error.
+
+What stays per execution:
+- a begin is requested only by a runner about to call its handler, so an attempt is never
+  recorded for an execution whose handler had not started (those stay ``interrupted``);
+- one row that makes its batch fail (a value the database refuses) fails alone: the batch is
+  retried row by row, so its neighbours are not hurt;
+- the terminal commit and the log projection share one transaction when the projection
+  succeeds; when it fails, the terminal commit is made without it (journal ``pending``) and
+  each row's projection is retried on its own, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+
+from scheduler_core.model import LogPersistence
+from scheduler_core.store import ExecutionRepository, LogRepository
+from scheduler_core.store.executions import BeginRequest, FinishRequest
+
+logger = logging.getLogger("scheduler_core.batching")
+T = TypeVar("T")
+R = TypeVar("R")
+MAX_BATCH = 500  # rows per transaction: bounds statement size and lock hold time
+RELEASE_S = 0.05  # a flusher with nothing to do for this long gives its connection back
+IDLE_EXIT_S = 2.0  # ... and ends after this long (a new submit restarts it)
+
+
+class GroupCommit(Generic[T, R]):
+    """Requests from many threads, flushed together on one thread.
+
+    ``flush(batch)`` returns one result (or exception) per request, in order. The flusher
+    thread starts on the first submit and ends after ``IDLE_EXIT_S`` without work, so there is
+    nothing to start or stop: a closed node leaves no thread behind once its writes are done.
+    """
+
+    def __init__(self, name: str, flush: Callable[[list[T]], Sequence[R | Exception]],
+                 max_batch: int = MAX_BATCH, on_idle: Callable[[], None] | None = None) -> None:
+        self._name = name
+        self._flush = flush
+        self._max_batch = max_batch
+        self._on_idle = on_idle
+        self._queue: list[tuple[T, Future[R]]] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._draining = False
+
+    def submit(self, item: T) -> Future[R]:
+        future: Future[R] = Future()
+        with self._cond:
+            self._queue.append((item, future))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"hai-{self._name}", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return future
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if not self._wait_for_work():
+                        self._thread = None
+                        return
+                    batch, self._queue = self._queue[:self._max_batch], self._queue[self._max_batch:]
+                self._run(batch)
+        finally:  # ended abnormally (not even an Exception): let a new flusher take what is queued
+            with self._cond:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+                    if self._queue:
+                        self._thread = threading.Thread(target=self._loop, name=f"hai-{self._name}", daemon=True)
+                        self._thread.start()
+
+    def _wait_for_work(self) -> bool:
+        """(Lock held.) False: nothing came for ``IDLE_EXIT_S`` (or draining), the thread ends.
+        A pause longer than ``RELEASE_S`` gives the connection back first: an idle node holds
+        none, and a burst, whose flushes follow each other, keeps one."""
+        if self._queue:
+            return True
+        if not self._draining:
+            self._cond.wait(RELEASE_S)
+        if not self._queue:
+            if self._on_idle is not None:
+                self._on_idle()
+            if not self._draining:
+                self._cond.wait(IDLE_EXIT_S - RELEASE_S)
+        return bool(self._queue)
+
+    def drain(self) -> None:
+        """Return once everything submitted is written and the flusher has ended (its
+        connection given back): ``close()`` leaves no connection checked out."""
+        with self._cond:
+            self._draining = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._cond:
+            self._draining = False
+
+    def _run(self, batch: list[tuple[T, Future[R]]]) -> None:
+        try:
+            results = list(self._flush([item for item, _ in batch]))
+            if len(results) != len(batch):
+                raise RuntimeError(f"{self._name} flush answered {len(results)} of {len(batch)} requests")
+        except Exception as exc:  # a bug in flush: every waiter learns it, none hangs
+            logger.exception("%s flush failed", self._name)
+            results = [exc] * len(batch)
+        except BaseException as exc:  # the thread is ending: still answer every waiter
+            for _, future in batch:
+                future.set_exception(RuntimeError(f"{self._name} flush interrupted: {exc!r}"))
+            raise
+        for (_, future), result in zip(batch, results, strict=True):
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
+def one_by_one_on_failure(batch: list[T], run: Callable[[list[T]], list[R]]) -> list[R | Exception]:
+    """``run(batch)``; if it raises, run each request alone so one bad row fails alone."""
+    try:
+        return list(run(batch))
+    except Exception as exc:
+        if len(batch) == 1:
+            return [exc]
+        logger.warning("a batch of %d writes failed (%s); writing them one by one", len(batch), exc)
+    results: list[R | Exception] = []
+    for item in batch:
+        try:
+            results.extend(run([item]))
+        except Exception as exc:
+            results.append(exc)
+    return results
+
+
+class HeldConnection:
+    """The connection a flusher keeps between its transactions (one thread uses it)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._conn: Connection | None = None
+
+    def get(self) -> Connection:
+        if self._conn is None:
+            self._conn = self._engine.connect()
+        return self._conn
+
+    def drop(self) -> None:
+        """Give it back (idle), or throw it away after an error (the next flush takes another)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                logger.warning("closing a flusher's connection failed", exc_info=True)
+
+
+@dataclass(frozen=True)
+class FinishOutcome:
+    committed: bool  # False: the lease was lost, nothing changed
+    persistence: LogPersistence  # of the logs, when committed
+
+
+class OwnerWrites:
+    """The node's two group commits: attempt begins and terminal commits (with projection)."""
+
+    def __init__(self, executions: ExecutionRepository, logs: LogRepository) -> None:
+        self._executions = executions
+        self._logs = logs
+        self._begin_conn = HeldConnection(executions.engine)
+        self._finish_conn = HeldConnection(executions.engine)
+        self.begins: GroupCommit[BeginRequest, bool] = GroupCommit(
+            "begin", self.write_begins, on_idle=self._begin_conn.drop)
+        self.finishes: GroupCommit[FinishRequest, FinishOutcome] = GroupCommit(
+            "finish", self.write_finishes, on_idle=self._finish_conn.drop)
+
+    def drain(self) -> None:
+        """Every write submitted is done, the flushers have ended and their connections are back."""
+        self.begins.drain()
+        self.finishes.drain()
+        self._begin_conn.drop()  # no flusher runs now: nobody else uses them
+        self._finish_conn.drop()
+
+    def write_begins(self, batch: list[BeginRequest]) -> list[bool | Exception]:
+        """One batch of begins (the begin group commit's flush): per request, began or not."""
+        def run(requests: list[BeginRequest]) -> list[bool]:
+            try:
+                begun = self._executions.begin_attempts(requests, self._begin_conn.get())
+            except Exception:
+                self._begin_conn.drop()
+                raise
+            return [r.occurrence_id in begun for r in requests]
+
+        return one_by_one_on_failure(batch, run)
+
+    def write_finishes(self, batch: list[FinishRequest]) -> list[FinishOutcome | Exception]:
+        """One batch of terminal commits with their projection (the finish group commit's flush)."""
+        return one_by_one_on_failure(batch, self._finish)
+
+    def _finish(self, requests: list[FinishRequest]) -> list[FinishOutcome]:
+        try:
+            result = self._executions.finish_many(requests, conn=self._finish_conn.get())
+        except Exception:
+            self._finish_conn.drop()
+            raise
+        outcomes = []
+        for r in requests:
+            if r.occurrence_id not in result.committed:
+                outcomes.append(FinishOutcome(False, LogPersistence("unconfirmed")))
+            elif not r.attempts or r.occurrence_id in result.persisted:
+                outcomes.append(FinishOutcome(True, LogPersistence("persisted")))
+            else:  # the shared projection failed: this row's on its own, as a repair would
+                outcomes.append(FinishOutcome(True, self._project_alone(r, result.projection_error)))
+        return outcomes
+
+    def _project_alone(self, r: FinishRequest, batch_error: str | None) -> LogPersistence:
+        done = replace(r.execution, status=r.status, reason=r.reason, attempts=tuple(r.attempts),  # type: ignore[arg-type]
+                       log_persistence="pending")
+        try:
+            self._logs.project(done)
+        except Exception as exc:  # never turns the outcome into a failure: pending, repairable
+            logger.warning("log projection of %s failed (pending, repairable): %s", r.occurrence_id, exc)
+            return LogPersistence("pending", str(exc))
+        if batch_error:
+            logger.info("log projection of %s succeeded alone after its batch failed: %s", r.occurrence_id,
+                        batch_error)
+        return LogPersistence("persisted")
