@@ -150,17 +150,7 @@ class JournalQueries:
         Indexes: (started_at, id), (task_id, started_at, id), (status, started_at, id),
         (source, started_at, id); the time window is a range on started_at in each of them.
         """
-        query = select(logs)
-        if where.task_id is not None:
-            query = query.where(logs.c.task_id == where.task_id)
-        if where.status is not None:
-            query = query.where(logs.c.status == where.status)
-        if where.trigger_source is not None:
-            query = query.where(logs.c.source == where.trigger_source)
-        if where.started_after is not None:
-            query = query.where(logs.c.started_at >= where.started_after)
-        if where.started_before is not None:
-            query = query.where(logs.c.started_at < where.started_before)
+        query = where.select()
         return _fetch(self.engine, query, logs.c.started_at, logs.c.id, log_from_row,
                       lambda log: Cursor(log.started_at or 0, log.id), limit, before, after)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.sql import Select
 
 from scheduler_core.db.clock import db_now_ms, optional_ms
 from scheduler_core.db.engine import dialect_kind
@@ -36,6 +37,21 @@ class LogFilter:
     trigger_source: str | None = None
     started_after: int | None = None  # ms, inclusive
     started_before: int | None = None  # ms, exclusive
+
+    def select(self) -> Select[Any]:
+        """``SELECT logs`` narrowed by every filter that is set (one place for the list and its pages)."""
+        query = select(logs)
+        if self.task_id is not None:
+            query = query.where(logs.c.task_id == self.task_id)
+        if self.status is not None:
+            query = query.where(logs.c.status == self.status)
+        if self.trigger_source is not None:
+            query = query.where(logs.c.source == self.trigger_source)
+        if self.started_after is not None:
+            query = query.where(logs.c.started_at >= self.started_after)
+        if self.started_before is not None:
+            query = query.where(logs.c.started_at < self.started_before)
+        return query
 
 
 def log_row(execution: Execution, attempt: Attempt) -> dict[str, Any]:
@@ -128,17 +144,7 @@ class LogRepository:
         return write(self.engine, lambda conn: bool(project_logs(conn, [execution])))
 
     def query(self, where: LogFilter, limit: int, offset: int) -> list[ExecutionLog]:
-        query = select(logs)
-        if where.task_id is not None:
-            query = query.where(logs.c.task_id == where.task_id)
-        if where.status is not None:
-            query = query.where(logs.c.status == where.status)
-        if where.trigger_source is not None:
-            query = query.where(logs.c.source == where.trigger_source)
-        if where.started_after is not None:
-            query = query.where(logs.c.started_at >= where.started_after)
-        if where.started_before is not None:
-            query = query.where(logs.c.started_at < where.started_before)
+        query = where.select()
         query = query.order_by(logs.c.started_at.desc(), logs.c.id.desc()).limit(limit).offset(offset)
         return read(self.engine, lambda conn: [log_from_row(r) for r in conn.execute(query)])
 
