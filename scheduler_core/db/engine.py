@@ -13,7 +13,8 @@ Session set-up (``prepare_engine``, also for engines made elsewhere, e.g. Flask-
   plain ``BEGIN`` with ``execution_options(hai_read_only=True)`` so it never blocks writers.
 - MySQL / MariaDB: READ COMMITTED (so a conditional UPDATE re-reads the latest committed
   row instead of a stale snapshot) and ``time_zone = '+00:00'`` (see clock.py).
-- PostgreSQL: READ COMMITTED (the server default, set explicitly) and an application name.
+- PostgreSQL: READ COMMITTED (the server default, set explicitly), an application name, and
+  no server-side prepared statements (see ``engine_options``).
 """
 
 from __future__ import annotations
@@ -127,8 +128,15 @@ def engine_options(config: DatabaseConfig) -> dict[str, Any]:
         options["connect_args"] = {"timeout": config.busy_timeout_ms / 1000, "check_same_thread": False}
     elif config.type == "postgresql":
         options["isolation_level"] = "READ COMMITTED"
+        # prepare_threshold=None: psycopg never prepares server-side, so every statement is
+        # planned for the table as it is now. A prepared statement keeps the generic plan it
+        # got early on -- for a journal that was nearly empty then, or whose statistics say
+        # few rows run -- and a burst of 10,000 running rows made those plans scan every
+        # running row per statement (0.1-0.3 s each; bench/RESULTS.md section 1). Planning
+        # these statements costs well under a millisecond; our side still compiles each once.
         options["connect_args"] = {
-            "connect_timeout": connect_seconds, "application_name": "hai-scheduler", **_pg_tls(config)}
+            "connect_timeout": connect_seconds, "application_name": "hai-scheduler", "prepare_threshold": None,
+            **_pg_tls(config)}
     else:
         options["isolation_level"] = "READ COMMITTED"
         options["connect_args"] = {"connect_timeout": connect_seconds, "charset": "utf8mb4", **_mysql_tls(config)}

@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, func, literal, select, update
 from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Update
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
@@ -178,16 +179,22 @@ class ExecutionRepository:
         return {row[0]: row[1] for row in conn.execute(query, batch.params)}
 
     @staticmethod
+    def _ownership() -> dict[str, ColumnElement[Any]]:
+        """What ``_owned_batch`` compares every row with: running, and the DB clock now."""
+        return {"running": literal("running", executions.c.status.type), "now": db_now_ms()}
+
+    @staticmethod
     def _owned_batch(batch: Batch) -> Any:
         """Still ours, for every row of a batch (token, running, lease unexpired at the DB clock).
 
         PostgreSQL matches each row's own token; elsewhere ``token IN tokens`` does the same
-        (tokens are random per ownership: a token belongs to one occurrence only).
+        (tokens are random per ownership: a token belongs to one occurrence only). Status and
+        lease are compared with the batch's shared values (see ``Batch.shared``).
         """
         token = (executions.c.execution_token == batch.value("execution_token") if batch.cacheable
                  else batch.one_of(executions.c.execution_token, "tokens"))
-        return and_(batch.matches(), token, executions.c.status == "running",
-                    executions.c.lease_until > db_now_ms())
+        return and_(batch.matches(), token, executions.c.status == batch.shared("running"),
+                    executions.c.lease_until > batch.shared("now"))
 
     @staticmethod
     def _changed(conn: Connection, statement: Update, batch: Batch, ids: list[str],
@@ -253,15 +260,16 @@ class ExecutionRepository:
 
     @staticmethod
     def _not_journaled(conn: Connection, requests: list[ClaimRequest]) -> list[ClaimRequest]:
-        """MySQL/MariaDB: the requests whose occurrence is not journaled yet (a non-locking read).
+        """The requests whose occurrence is not journaled yet (a non-locking read).
 
-        InnoDB's duplicate-key check of an INSERT waits for any lock on the existing row: an
-        owner frozen mid-write (GC pause, SIGSTOP) would stall this claim -- and with it the
-        whole tick -- for as long as it stays frozen. Rows already committed are left out, so
-        the INSERT only meets rows that are being claimed right now. (PostgreSQL's ON CONFLICT
-        does not wait on a row lock; SQLite serialises writers anyway.)
+        An insert-or-ignore that meets an existing key waits for whoever holds that row:
+        InnoDB's duplicate-key check waits for any lock on it, PostgreSQL's ON CONFLICT for
+        any uncommitted change to it. An owner frozen mid-write (GC pause, SIGSTOP, VM
+        freeze) inside its terminal commit would stall this claim -- and with it the whole
+        tick -- for as long as it stays frozen. Rows already committed are left out, so the
+        INSERT only meets rows that are being claimed right now. (SQLite serialises writers.)
         """
-        if dialect_kind(conn) != "mysql":
+        if dialect_kind(conn) == "sqlite":
             return requests
         query = select(executions.c.occurrence_id).where(
             executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
@@ -289,19 +297,45 @@ class ExecutionRepository:
 
     def _take_slots(self, conn: Connection, won: list[ClaimRequest]) -> set[str]:
         """Take the free slots for the first won occurrence of each task; returns the
-        occurrence ids now seated in their task's slot."""
+        occurrence ids now seated in their task's slot.
+
+        A claim never waits for whoever holds a slot row -- an owner frozen inside its terminal
+        commit (GC pause, VM freeze), its slot release written but not committed, would stall
+        this claim, and with it the tick and every other task. The slot's last committed state
+        decides: PostgreSQL's UPDATE matches on its snapshot, where such a slot is still held;
+        InnoDB locks every row its UPDATE looks up by key (no semi-consistent read for unique
+        lookups), so on MySQL the free slots are locked first with SKIP LOCKED, a locked one
+        counting as busy. Existing slot rows are never met by an insert-or-ignore, which would
+        wait for them as well.
+        """
         first: dict[str, ClaimRequest] = {}
         for r in won:
             first.setdefault(r.task_id, r)
         if not first:
             return set()
         task_ids = sorted(first)
-        # A task's slot row is made with the task; this covers one missing for any reason.
-        insert_ignore_many(conn, slots, [{"task_id": t} for t in task_ids],
-                           {"occurrence_id": None, "execution_token": None, "updated_at": db_now_ms()},
-                           self._statements, "claim_slots")
-        batch = Batch(conn).rows(slots.c.task_id, {t: {"occurrence_id": first[t].occurrence_id,
-                                                      "execution_token": first[t].token} for t in task_ids},
+        if dialect_kind(conn) == "mysql":
+            rows = dict(conn.execute(select(slots.c.task_id, slots.c.occurrence_id)
+                                     .where(slots.c.task_id.in_(task_ids)).with_for_update(skip_locked=True)).all())
+            free = [t for t in task_ids if t in rows and rows[t] is None]
+            if free:  # locked by us: the UPDATE takes every one of them
+                conn.execute(*self._take_free_slots(conn, {t: first[t] for t in free}))
+            seated, unseen = set(free), [t for t in task_ids if t not in rows]  # unseen: locked, or no row
+        else:
+            seated = set(conn.execute(*self._take_free_slots(conn, {t: first[t] for t in task_ids})).scalars())
+            unseen = [t for t in task_ids if t not in seated]  # busy, or no row
+        if unseen:  # (rarely) no slot row at all: a plain read tells them apart
+            present = set(conn.execute(select(slots.c.task_id).where(slots.c.task_id.in_(unseen))).scalars())
+            missing = [first[t] for t in unseen if t not in present]
+            if missing:
+                seated |= self._seat_in_new_slots(conn, missing)
+        return {first[t].occurrence_id for t in seated}
+
+    def _take_free_slots(self, conn: Connection, claims: dict[str, ClaimRequest]) -> tuple[Any, dict[str, Any]]:
+        """The statement (and its parameters) seating each claim in its task's slot if that is
+        free; RETURNING the task ids seated, except on MySQL."""
+        batch = Batch(conn).rows(slots.c.task_id, {t: {"occurrence_id": r.occurrence_id, "execution_token": r.token}
+                                                   for t, r in claims.items()},
                                  {"occurrence_id": slots.c.occurrence_id, "execution_token": slots.c.execution_token})
 
         def take() -> Update:
@@ -310,14 +344,18 @@ class ExecutionRepository:
                              execution_token=batch.value("execution_token"), updated_at=db_now_ms()))
             return taken if dialect_kind(conn) == "mysql" else taken.returning(slots.c.task_id)
 
-        statement = self._statement(batch, "take_slots", take)
-        if dialect_kind(conn) != "mysql":
-            seated = set(conn.execute(statement, batch.params).scalars())
-        else:
-            conn.execute(statement, batch.params)
-            holders = conn.execute(select(slots.c.task_id, slots.c.occurrence_id).where(slots.c.task_id.in_(task_ids)))
-            seated = {task_id for task_id, holder in holders if holder == first[task_id].occurrence_id}
-        return {first[t].occurrence_id for t in seated}
+        return self._statement(batch, "take_slots", take), batch.params
+
+    def _seat_in_new_slots(self, conn: Connection, claims: list[ClaimRequest]) -> set[str]:
+        """A task's slot row is made with the task; this covers one missing for any reason
+        (the row is created already held by the claim). Returns the task ids seated."""
+        rows = [{"task_id": r.task_id, "occurrence_id": r.occurrence_id, "execution_token": r.token} for r in claims]
+        inserted = insert_ignore_many(conn, slots, rows, {"updated_at": db_now_ms()}, self._statements, "new_slots")
+        if inserted is not None:
+            return {str(t) for t in inserted}
+        holders = dict(conn.execute(select(slots.c.task_id, slots.c.occurrence_id)
+                                    .where(slots.c.task_id.in_([r.task_id for r in claims]))).all())
+        return {r.task_id for r in claims if holders.get(r.task_id) == r.occurrence_id}
 
     # --- owner's statements -----------------------------------------------------------
 
@@ -347,7 +385,7 @@ class ExecutionRepository:
         batch = Batch(conn).listed("tokens", [r.token for r in requests]).rows(
             executions.c.occurrence_id, {r.occurrence_id: {
                 "execution_token": r.token, "attempt": len(r.attempts), "attempts": _json_attempts(r.attempts),
-            } for r in requests}, _BEGIN_COLUMNS)
+            } for r in requests}, _BEGIN_COLUMNS, self._ownership())
         statement = self._statement(batch, "begin", lambda: self._returning(conn, update(executions).where(
             self._owned_batch(batch)).values(
             attempt=batch.value("attempt"), attempts=batch.value("attempts"),
@@ -425,7 +463,7 @@ class ExecutionRepository:
             executions.c.occurrence_id, {r.occurrence_id: {
                 "execution_token": r.token, "status": r.status, "reason": r.reason, "attempt": len(r.attempts),
                 "attempts": _json_attempts(r.attempts), "log_persistence": "pending" if r.attempts else None,
-            } for r in requests}, _FINISH_COLUMNS)
+            } for r in requests}, _FINISH_COLUMNS, self._ownership())
         statement = self._statement(batch, "finish", lambda: self._returning(conn, update(executions).where(
             self._owned_batch(batch)).values(
             status=batch.value("status"), reason=batch.value("reason"), attempts=batch.value("attempts"),

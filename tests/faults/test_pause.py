@@ -95,19 +95,25 @@ def test_a_paused_owner_publishes_nothing_after_it_resumes(where: str, idempoten
     assert problems == []
 
 
+@pytest.mark.parametrize("point", ["before_finish", "in_finish_before_projection"])
 def test_an_owner_frozen_inside_its_terminal_commit_does_not_stall_the_other_nodes(
-        server_database: TestDatabase, server_engine: Engine, events: Path) -> None:
+        point: str, server_database: TestDatabase, server_engine: Engine, events: Path) -> None:
     """A process frozen in the middle of a write (GC pause, VM freeze) holds its row locks.
     Its execution may wait for it, but the other nodes must go on scheduling everything else:
     a task due in the next minute still runs while the owner of another one is frozen. (The
     other task is registered after the freeze: one the frozen node ran shares its finish batch,
-    and keeps its slot -- rightly -- until that owner's transaction ends.)"""
+    and keeps its slot -- rightly -- until that owner's transaction ends.) Frozen either before
+    its finish UPDATE (the journal row locked) or after it and the slot release (the slot row
+    locked and changed, uncommitted): a claim must not wait on that slot row."""
     engine = server_engine
-    victim, other = TaskSpec("victim", "* * * * *"), TaskSpec("other", "* * * * *")
+    victim = TaskSpec("victim", "* * * * *")
     register(engine, [victim])
     minute = enter_minute(engine, seconds_into=5)
+    # Due in the next minute only: one the survivor started in this minute would still be
+    # running when the test clock jumps ahead, and its lease would expire with the jump.
+    other = TaskSpec("other", f"{(minute // 60_000 + 1) % 60} * * * *")
     frozen = spawn_fault_node(server_database.url, PAUSED, events, {"lease_ms": LEASE_MS},
-                              env={"HAI_FAULT_KILL_AT": "before_finish", "HAI_FAULT_TASK": victim.id,
+                              env={"HAI_FAULT_KILL_AT": point, "HAI_FAULT_TASK": victim.id,
                                    "HAI_FAULT_SIGNAL": "SIGSTOP"})
     node = None
     try:

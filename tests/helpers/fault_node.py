@@ -20,13 +20,18 @@ product code knows about them:
 - ``before_finish``: after the handler returned, before an ``UPDATE executions`` that sets
   ``status`` executes;
 - ``before_projection``: after the finish committed, before ``INSERT INTO logs`` executes
-  (if the projection shares the finish's transaction, right after that commit instead).
+  (if the projection shares the finish's transaction, right after that commit instead);
+- ``in_finish_before_projection`` (SIGSTOP only): inside the terminal commit's transaction,
+  after its finish UPDATE and slot release, before its ``INSERT INTO logs``.
 
 SIGSTOP at ``in_handler`` and ``after_handler`` is sent only while this process has no
 database connection checked out, so no open transaction holds a lock while it is stopped: new
 checkouts wait at a gate until every connection is back in the pool. SIGSTOP at a statement
 point stops the process right there, inside its transaction, with its locks held: a process
-frozen (GC pause, VM freeze) in the middle of a write.
+frozen (GC pause, VM freeze) in the middle of a write. SIGSTOP goes to the calling thread
+(``pthread_kill``): sent to the process, the kernel hands it to the main thread, and under load
+the calling thread could run on for milliseconds -- several statements -- before the group stop
+reaches it.
 
 Every line appended to EVENTS_FILE is JSON (see tests/helpers/oracle.py): ``ready``, one
 ``effect`` per handler call (recorded durably before the handler returns), ``kill`` just
@@ -56,6 +61,9 @@ from tests.helpers.oracle import Effect, append_event, record_effect
 
 POINTS = ("before_claim_commit", "after_claim_commit", "in_handler", "before_finish", "before_projection")
 PAUSE_POINTS = ("in_handler", "after_handler")  # no statement running: SIGSTOP without holding locks
+# SIGSTOP only: inside the terminal commit's transaction, after its finish UPDATE and slot
+# release, before its INSERT INTO logs (the owner holds the row locks of a released slot).
+FREEZE_POINTS = ("in_finish_before_projection",)
 _UPDATE_EXECUTIONS = re.compile(r"^\s*UPDATE\s+executions\s+SET\s+(?P<set>.*?)\s+WHERE\s", re.IGNORECASE | re.DOTALL)
 _INSERT_INTO = re.compile(r"^\s*INSERT\s+INTO\s+(?P<table>\w+)", re.IGNORECASE)
 
@@ -88,9 +96,9 @@ class KillSwitch:
 
     def __init__(self, point: str | None, task: str | None, signal_name: str, events: str, node_id: str,
                  trace: bool) -> None:
-        if point is not None and point not in (*POINTS, *PAUSE_POINTS):
-            raise SystemExit(f"HAI_FAULT_KILL_AT must be one of {', '.join((*POINTS, 'after_handler'))} "
-                             f"(got {point!r})")
+        if point is not None and point not in (*POINTS, *PAUSE_POINTS, *FREEZE_POINTS):
+            known = ", ".join((*POINTS, "after_handler", *FREEZE_POINTS))
+            raise SystemExit(f"HAI_FAULT_KILL_AT must be one of {known} (got {point!r})")
         if signal_name not in ("SIGKILL", "SIGSTOP"):
             raise SystemExit(f"HAI_FAULT_SIGNAL must be SIGKILL or SIGSTOP (got {signal_name!r})")
         self.point, self.task, self.signal_name = point, task, signal_name
@@ -143,7 +151,7 @@ class KillSwitch:
                 if self.engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
                     append_event(self.events, {"kind": "pause", "where": where, "node": self.node_id,
                                                "pid": os.getpid()})
-                    os.kill(os.getpid(), signal.SIGSTOP)
+                    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
                     break
             threading.Event().wait(0.001)  # not time.sleep: see scheduler_core.store.dialect._pause
         append_event(self.events, {"kind": "resumed", "node": self.node_id, "pid": os.getpid()})
@@ -152,7 +160,7 @@ class KillSwitch:
         """SIGSTOP right now, inside whatever transaction this thread has open."""
         append_event(self.events, {"kind": "pause", "where": f"frozen in a transaction, {where}",
                                    "node": self.node_id, "pid": os.getpid()})
-        os.kill(os.getpid(), signal.SIGSTOP)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # this thread stops at once
         append_event(self.events, {"kind": "resumed", "node": self.node_id, "pid": os.getpid()})
 
     def _on_checkout(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
@@ -185,6 +193,8 @@ class KillSwitch:
             self.fire("before_finish", "before the finishing UPDATE executions")
         elif kind == "projection":
             seen.add("projection")
+            if "finish" in seen:
+                self.fire("in_finish_before_projection", "inside the terminal commit, before INSERT INTO logs")
             if self.finish_committed:
                 self.fire("before_projection", "before INSERT INTO logs, the finish committed")
 
