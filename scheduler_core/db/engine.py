@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import functools
 import math
+import sqlite3
+import threading
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -175,11 +178,28 @@ def _sqlite_on_connect(busy_ms: int, dbapi_connection: Any, connection_record: A
     try:
         # busy_timeout first: switching a fresh file to WAL needs the lock too.
         cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _sqlite_use_wal(cursor, busy_ms)
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
+
+
+def _sqlite_use_wal(cursor: Any, busy_ms: int) -> None:
+    """Switch the file to WAL (it stays so). Two processes opening a fresh file at once
+    (two ``db upgrade`` runs, gunicorn workers starting) both try to switch it, and SQLite
+    answers the loser "database is locked" at once, without its busy handler: wait and look
+    again, within the busy timeout -- usually the other one has switched it meanwhile."""
+    deadline = time.monotonic() + busy_ms / 1000
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        threading.Event().wait(0.02)  # not time.sleep: see scheduler_core.store.dialect._pause
 
 
 def _sqlite_on_begin(conn: Connection) -> None:

@@ -63,6 +63,12 @@ class Node:
         self._pooled_lock = threading.Lock()
         self.accepting = False
         self.listeners: list[Callable[[int], None]] = []  # called each tick with the DB time
+        # Claim tokens derive from this (random per node instance) and the occurrence id, so
+        # a claim retried after its answer was lost carries the same token and is recognised
+        # as ours (ExecutionRepository.claim); no other claimer, not even this node restarted
+        # under the same id, can produce it.
+        self._token_namespace = uuid.uuid4()
+        self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -162,17 +168,23 @@ class Node:
         requests = []
         for due in batch:
             task = self.planner.task(due.task_id)
+            occurrence_id = cron_occurrence_id(due.task_id, due.minute_ms)
             if task is None:
+                self._unanswered.discard(occurrence_id)
                 continue
             requests.append(ClaimRequest(
-                occurrence_id=cron_occurrence_id(due.task_id, due.minute_ms), task_id=due.task_id,
-                task_revision=due.revision, trigger="cron", max_attempts=task.max_attempts,
-                token=str(uuid.uuid4()), scheduled_minute=due.minute_ms))
+                occurrence_id=occurrence_id, task_id=due.task_id, task_revision=due.revision, trigger="cron",
+                max_attempts=task.max_attempts, token=str(uuid.uuid5(self._token_namespace, occurrence_id)),
+                scheduled_minute=due.minute_ms, retry=occurrence_id in self._unanswered))
         try:
             results = self.ctx.executions.claim(requests)
         except Exception:
-            self.planner.backlog.extendleft(reversed(batch))  # seen: keep them until journaled
+            # Seen: keep them until journaled. The COMMIT may have been applied all the same
+            # (its answer lost): the retry, same tokens, finds its own rows and runs them.
+            self._unanswered.update(r.occurrence_id for r in requests)
+            self.planner.backlog.extendleft(reversed(batch))
             raise
+        self._unanswered.difference_update(r.occurrence_id for r in requests)
         claimed = {r.occurrence_id for r in results if r.outcome == "claimed"}
         mine = [r for r in requests if r.occurrence_id in claimed]
         if mine:

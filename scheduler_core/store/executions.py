@@ -55,10 +55,13 @@ class ClaimRequest:
     task_revision: int
     trigger: str  # cron | manual
     max_attempts: int
-    token: str  # fresh random token for this ownership
+    token: str  # this claimer's token for this occurrence (never shared with another claimer)
     source: str | None = None
     idempotency_key: str | None = None
     scheduled_minute: int | None = None
+    # The same request again after a claim call failed (its COMMIT may have been applied):
+    # a row journaled with this token is then this claimer's own (see ``claim``).
+    retry: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,10 @@ class ExecutionRepository:
         - An occurrence id that is already journaled (by anyone) is left alone: ``exists``.
         - New rows start ``running`` with our token and ``lease_until = db_now + lease``.
         - A new row whose task slot is held becomes ``skipped`` (reason ``slot_busy``).
+        - A ``retry`` request whose row is journaled with its own token is an earlier claim of
+          ours whose answer was lost (a dropped connection after COMMIT): ``claimed`` again
+          while no attempt began (see ``_earlier_outcome``). The caller retries a failed claim
+          with the same token, which no other claimer can hold.
         Requests are processed in occurrence-id order so concurrent claimers lock alike.
         """
         if not requests:
@@ -237,44 +244,61 @@ class ExecutionRepository:
         return write(self.engine, lambda conn: self._claim(conn, ordered))
 
     def _claim(self, conn: Connection, requests: list[ClaimRequest]) -> list[ClaimResult]:
-        fresh = self._not_journaled(conn, requests)
-        if not fresh:
-            return [ClaimResult(r.occurrence_id, "exists") for r in requests]
-        inserted = insert_ignore_many(conn, executions, [self._new_row(r) for r in fresh], self._new_row_common(),
-                                      self._statements, "claim")
-        if inserted is not None:  # the rows this statement inserted are the ones we won
-            won = [r for r in fresh if r.occurrence_id in inserted]
-        else:
-            query = select(executions.c.occurrence_id, executions.c.execution_token).where(
-                executions.c.occurrence_id.in_([r.occurrence_id for r in fresh]))
-            tokens: dict[str, str | None] = {row[0]: row[1] for row in conn.execute(query)}
-            won = [r for r in fresh if tokens.get(r.occurrence_id) == r.token]
+        earlier = self._journaled(conn, requests) if dialect_kind(conn) != "sqlite" else {}
+        fresh = [r for r in requests if r.occurrence_id not in earlier]
+        won: list[ClaimRequest] = []
+        if fresh:
+            inserted = insert_ignore_many(conn, executions, [self._new_row(r) for r in fresh],
+                                          self._new_row_common(), self._statements, "claim")
+            if inserted is not None:  # the rows this statement inserted are the ones we won
+                won = [r for r in fresh if r.occurrence_id in inserted]
+                others = [r for r in fresh if r.occurrence_id not in inserted]
+                if others:  # SQLite (no read first): journaled before, perhaps by our own claim
+                    earlier.update(self._journaled(conn, others))
+            else:  # MySQL: the rows read first were committed; these were inserted just now
+                tokens = {oid: token for oid, (token, _, _) in self._journaled(conn, fresh).items()}
+                won = [r for r in fresh if tokens.get(r.occurrence_id) == r.token]
         seated = self._take_slots(conn, won)
         skipped = [r.occurrence_id for r in won if r.occurrence_id not in seated]
         if skipped:
             conn.execute(update(executions).where(executions.c.occurrence_id.in_(skipped))
                          .values(status="skipped", reason="slot_busy", lease_until=None, updated_at=db_now_ms()))
-        won_ids = {r.occurrence_id for r in won}
-        return [ClaimResult(r.occurrence_id, ("skipped" if r.occurrence_id in skipped else "claimed")
-                            if r.occurrence_id in won_ids else "exists") for r in requests]
+        outcomes = {r.occurrence_id: "claimed" for r in won}
+        outcomes.update({occurrence_id: "skipped" for occurrence_id in skipped})
+        for r in requests:
+            if r.occurrence_id in earlier:
+                outcomes[r.occurrence_id] = self._earlier_outcome(r, *earlier[r.occurrence_id])
+        return [ClaimResult(r.occurrence_id, outcomes.get(r.occurrence_id, "exists")) for r in requests]
 
     @staticmethod
-    def _not_journaled(conn: Connection, requests: list[ClaimRequest]) -> list[ClaimRequest]:
-        """The requests whose occurrence is not journaled yet (a non-locking read).
+    def _earlier_outcome(r: ClaimRequest, token: str | None, status: str, attempt: int) -> str:
+        """An occurrence journaled before this claim: ``exists``, unless this is a retry and
+        the row is the request's own earlier claim (same token) whose COMMIT was applied but
+        whose answer was lost -- then it is ours: ``claimed`` while still untouched (running,
+        no attempt begun: nobody runs it, no runner of ours was made for it), else what it
+        became (``skipped``)."""
+        if not r.retry or token != r.token:
+            return "exists"
+        if status == "running" and attempt == 0:
+            return "claimed"
+        return "skipped" if status == "skipped" else "exists"
 
-        An insert-or-ignore that meets an existing key waits for whoever holds that row:
-        InnoDB's duplicate-key check waits for any lock on it, PostgreSQL's ON CONFLICT for
-        any uncommitted change to it. An owner frozen mid-write (GC pause, SIGSTOP, VM
-        freeze) inside its terminal commit would stall this claim -- and with it the whole
-        tick -- for as long as it stays frozen. Rows already committed are left out, so the
-        INSERT only meets rows that are being claimed right now. (SQLite serialises writers.)
+    @staticmethod
+    def _journaled(conn: Connection, requests: list[ClaimRequest]) -> dict[str, tuple[str | None, str, int]]:
+        """The requests' occurrences already journaled: token, status and attempt of each (a
+        non-locking read).
+
+        Read before inserting (PostgreSQL, MySQL): an insert-or-ignore that meets an existing
+        key waits for whoever holds that row -- InnoDB's duplicate-key check waits for any lock
+        on it, PostgreSQL's ON CONFLICT for any uncommitted change to it. An owner frozen
+        mid-write (GC pause, SIGSTOP, VM freeze) inside its terminal commit would stall this
+        claim -- and with it the whole tick -- for as long as it stays frozen. Rows already
+        committed are left out, so the INSERT only meets rows being claimed right now.
+        (SQLite serialises writers: there it is read only for the rows an insert skipped.)
         """
-        if dialect_kind(conn) == "sqlite":
-            return requests
-        query = select(executions.c.occurrence_id).where(
-            executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
-        journaled = set(conn.execute(query).scalars())
-        return [r for r in requests if r.occurrence_id not in journaled]
+        query = select(executions.c.occurrence_id, executions.c.execution_token, executions.c.status,
+                       executions.c.attempt).where(executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
+        return {row[0]: (row[1], row[2], row[3]) for row in conn.execute(query)}
 
     @staticmethod
     def _new_row(r: ClaimRequest) -> dict[str, Any]:

@@ -13,8 +13,8 @@ delay                 all traffic is held for three leases while the handler run
 hang                  the link accepts but never forwards: as delay, and the remote's statements
                       never arrive (the test cuts the link at the end so the node can stop)
 lost claim ack        the claim's COMMIT reaches the server, its answer is lost: the remote
-                      does not run what it journaled; the lease runs out, and a live node
-                      (the survivor or the remote itself) takes it over
+                      retries the claim with the same token, finds its own row and runs it
+                      (sequence 1, one effect), idempotent or not
 lost begin ack        the same for the COMMIT that records the attempt's start: the journal
                       says the attempt began (the handler never ran): unknown, never re-run
 lost finish ack       the terminal COMMIT is applied, its answer lost: the journal is the
@@ -54,8 +54,11 @@ pytestmark = pytest.mark.slow
 LEASE_MS = 1500
 HANDLER_S = 2.0
 REMOTE = "remote"
-CASES = [("cut", True), ("delay", False), ("delay", True), ("hang", False), ("lost_claim_ack", True),
-         ("lost_begin_ack", False), ("lost_finish_ack", False)]
+CASES = [("cut", True), ("delay", False), ("delay", True), ("hang", False), ("lost_claim_ack", False),
+         ("lost_claim_ack", True), ("lost_begin_ack", False), ("lost_finish_ack", False)]
+# A lost claim ack is recovered by the remote's own retry on its next tick: a longer lease
+# keeps a slow reconnect on a loaded machine from letting the survivor settle it first.
+CLAIM_RETRY_LEASE_MS = 5000
 
 
 def _transaction_with(kind: str) -> Callable[[Statements], bool]:
@@ -83,7 +86,7 @@ def _refused(events: Path) -> list[dict[str, Any]]:
 def _expected(case: str, idempotent: bool, first: Execution) -> None:
     """What the rules say the occurrence became."""
     tried = [(a.node_id, a.sequence, a.status) for a in first.attempts]
-    if case == "cut" or case == "lost_finish_ack":
+    if case in ("cut", "lost_finish_ack", "lost_claim_ack"):
         assert (first.status, first.sequence, first.owner_node) == ("success", 1, REMOTE)
         assert tried == [(REMOTE, 1, "success")]
     elif case in ("delay", "hang") and idempotent:
@@ -91,8 +94,6 @@ def _expected(case: str, idempotent: bool, first: Execution) -> None:
                                                                         ("survivor", 2, "success")])
     elif case in ("delay", "hang", "lost_begin_ack"):
         assert (first.status, first.reason, tried) == ("unknown", "lease_expired", [(REMOTE, 1, "unknown")])
-    elif case == "lost_claim_ack":  # taken over by whichever live node saw the lease run out first
-        assert (first.status, first.sequence, [t[1:] for t in tried]) == ("success", 2, [(2, "success")])
 
 
 @pytest.mark.parametrize(("case", "idempotent"), CASES, ids=[f"{c}-{'idempotent' if i else 'plain'}" for c, i in CASES])
@@ -102,10 +103,11 @@ def test_database_link_faults(case: str, idempotent: bool, server_database: Test
     task = TaskSpec("victim", "* * * * *", idempotent=idempotent)
     register(engine, [task])
     minute = enter_minute(engine, seconds_into=5)
+    lease_ms = CLAIM_RETRY_LEASE_MS if case == "lost_claim_ack" else LEASE_MS
     proxy = TcpProxy.for_url(server_database.url)
     sprung = proxy.drop_reply_to_next_commit(_transaction_with(TRAPS[case])) if case in TRAPS else None
     remote = spawn_fault_node(proxy.url(server_database.url), REMOTE, events,
-                              {"lease_ms": LEASE_MS, "sleep_s": {task.id: HANDLER_S}, "trace": True,
+                              {"lease_ms": lease_ms, "sleep_s": {task.id: HANDLER_S}, "trace": True,
                                "connect_timeout_ms": 2000})
     node = None
     try:
@@ -114,7 +116,7 @@ def test_database_link_faults(case: str, idempotent: bool, server_database: Test
         else:
             wait_for(lambda: _effect_of(events, REMOTE), "the remote's handler to start", [remote])
             {"cut": proxy.cut, "delay": lambda: proxy.delay(3 * LEASE_MS / 1000), "hang": proxy.hang}[case]()
-        node = survivor(engine, events, lease_ms=LEASE_MS)
+        node = survivor(engine, events, lease_ms=lease_ms)
         first = _settle(case, engine, task, minute, remote, events)
         _expected(case, idempotent, first)
         settled = read_journal(engine)

@@ -150,7 +150,7 @@ class _Link:
                 if not data:
                     break
                 handle(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: the other direction closed the socket (fd -1)
             pass
         finally:
             self.close()

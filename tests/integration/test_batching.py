@@ -254,6 +254,48 @@ def test_a_claim_batch_answers_per_row(engine: Engine, owner: ExecutionRepositor
     assert _row(engine, theirs).owner_node == "other"
 
 
+def test_a_retried_claim_recognises_its_own_row_whose_answer_was_lost(engine: Engine,
+                                                                      owner: ExecutionRepository) -> None:
+    """The claim's COMMIT was applied but its answer lost: the retry (same tokens, ``retry``)
+    gets its rows back as claimed while untouched; anything else stays someone else's."""
+    token = str(uuid.uuid4())
+    lost, began, busy, busy_holder = (new_occurrence_id() for _ in range(4))
+    began_token = str(uuid.uuid4())
+    first = owner.claim([ClaimRequest(lost, "lost", 1, "manual", 1, token),
+                         ClaimRequest(began, "began", 1, "manual", 1, began_token)])
+    assert {r.outcome for r in first} == {"claimed"}  # ... as if that answer had never arrived
+    assert owner.begin_attempts([BeginRequest(began, began_token, (_attempt(),))]) == {began}
+    other = ExecutionRepository(engine, "other", LEASE_MS)
+    assert [r.outcome for r in other.claim([ClaimRequest(busy_holder, "busy", 1, "manual", 1, "held")])] == [
+        "claimed"]
+    busy_token = str(uuid.uuid4())
+    assert [r.outcome for r in owner.claim([ClaimRequest(busy, "busy", 1, "manual", 1, busy_token)])] == ["skipped"]
+
+    retried = owner.claim([ClaimRequest(lost, "lost", 1, "manual", 1, token, retry=True),
+                           ClaimRequest(began, "began", 1, "manual", 1, began_token, retry=True),
+                           ClaimRequest(busy, "busy", 1, "manual", 1, busy_token, retry=True)])
+    assert {r.occurrence_id: r.outcome for r in retried} == {lost: "claimed", began: "exists", busy: "skipped"}
+    # Not a retry, or another token: the row is not ours.
+    again = owner.claim([ClaimRequest(lost, "lost", 1, "manual", 1, token)])
+    stranger = other.claim([ClaimRequest(lost, "lost", 1, "manual", 1, str(uuid.uuid4()), retry=True)])
+    assert [r.outcome for r in again + stranger] == ["exists", "exists"]
+    row = _row(engine, lost)
+    assert (row.status, row.execution_token, row.owner_node, row.sequence) == ("running", token, "owner", 1)
+    assert _slot(engine, "lost") == lost
+
+
+def test_a_claim_seats_an_occurrence_whose_task_has_no_slot_row(engine: Engine, owner: ExecutionRepository) -> None:
+    """A slot row is made with its task; a claim covers one missing for any reason (these
+    task ids were never registered: no slot rows until the first claim makes them)."""
+    holder = ExecutionRepository(engine, "other", LEASE_MS)
+    (held_first, _), = _claim(holder, 1, prefix="held")  # task held-0's slot row exists, held
+    bare, held = new_occurrence_id(), new_occurrence_id()
+    results = owner.claim([ClaimRequest(bare, "bare", 1, "manual", 1, str(uuid.uuid4())),
+                           ClaimRequest(held, "held-0", 1, "manual", 1, str(uuid.uuid4()))])
+    assert {r.occurrence_id: r.outcome for r in results} == {bare: "claimed", held: "skipped"}
+    assert (_slot(engine, "bare"), _slot(engine, "held-0")) == (bare, held_first)
+
+
 # --- the lock-wait pitfall, batched ---------------------------------------------------------
 
 

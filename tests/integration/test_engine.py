@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,6 +31,21 @@ def test_sqlite_in_a_missing_directory_fails_cleanly(tmp_path: Path) -> None:
     with pytest.raises(DatabaseConnectionError):
         create_engine(f"sqlite:///{tmp_path}/missing/dir/x.db")
     assert not (tmp_path / "missing").exists()
+
+
+def test_processes_opening_a_fresh_sqlite_file_at_once_all_get_an_engine(tmp_path: Path) -> None:
+    """Each switches the new file to WAL; SQLite tells the losers "database is locked" at once
+    (no busy handler for that), which failed one run in four of two concurrent upgrades."""
+    script = ("import sys, time; from scheduler_core.db import create_engine, close_engine; "
+              "time.sleep(max(0.0, float(sys.argv[2]) - time.time())); "  # imports done: start together
+              "close_engine(create_engine(sys.argv[1])); print('ok')")
+    for round_ in range(5):
+        url, start = f"sqlite:///{tmp_path}/fresh-{round_}.db", time.time() + 2.0
+        procs = [subprocess.Popen([sys.executable, "-c", script, url, str(start)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=60)
+            assert (proc.returncode, out.strip()) == (0, "ok"), err
 
 
 def test_config_is_kept_and_close_is_explicit(database: object) -> None:
