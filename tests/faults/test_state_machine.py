@@ -1,7 +1,7 @@
 """A hypothesis state machine over the journal and slot rules, checked against the tables.
 
 Rules drive the store's public API as nodes and operators do -- claim (batches, repeats,
-busy slots), begin, renew, finish (one, or a group commit with its projection), expire at
+busy slots, a retry after a lost answer), begin, renew, finish (one, or a group commit with its projection), expire at
 once, the expiry scan with take over or settlement, a stale take over, resolve unknown
 (compare-and-set) and ``repair_log`` -- with current and stale tokens, while the DB clock
 moves on through the test offset (``set_test_clock_offset_ms``). A small model predicts every
@@ -52,7 +52,8 @@ EVERY_TRANSITION = {
     "claimed", "skipped (slot busy)", "began", "begin refused", "renewed", "renewal lost", "finished success",
     "finished failed", "finished unknown", "finished interrupted", "finish refused", "group commit",
     "group commit with a refused row", "expired at once", "settled unknown", "settled interrupted", "taken over",
-    "stale take over refused", "resolved", "resolve refused", "repaired"}
+    "stale take over refused", "resolved", "resolve refused", "repaired", "claim retry recognised",
+    "claim retry refused"}
 CORE_TRANSITIONS = {"claimed", "began", "taken over", "finish refused", "renewal lost"}
 WALK_STEPS = 600
 BUDGET = {"sqlite": (50, 40), "postgresql": (80, 40), "mysql": (70, 40)}  # (examples, steps) per backend
@@ -72,6 +73,7 @@ class Model:
     log_persistence: str | None = None
     reason: str | None = None
     stale_tokens: list[str] = field(default_factory=list)
+    claim_token: str = ""  # the token it was claimed with (a lost-answer retry brings it again)
 
     def owned_by(self, token: str, now_h: float) -> bool:
         return self.status == "running" and token == self.token and not self.expired(now_h)
@@ -154,10 +156,28 @@ class JournalMachine(RuleBasedStateMachine):
                 won = results[r.occurrence_id] == "claimed"
                 self.rows[r.occurrence_id] = Model(r.occurrence_id, task, "running" if won else "skipped", r.token,
                                                    self.now_h + LEASE_H if won else None,
-                                                   reason=None if won else "slot_busy")
+                                                   reason=None if won else "slot_busy", claim_token=r.token)
                 REACHED["claimed" if won else "skipped (slot busy)"] += 1
                 if won:
                     self.slot[task] = (r.occurrence_id, r.token)
+
+    @rule(which=st.integers(0, 10**6), own=st.booleans(), node=st.integers(0, 1), running=st.booleans())
+    def retry_claim(self, which: int, own: bool, node: int, running: bool = False) -> None:
+        """A claim retried after its COMMIT's answer was lost (``retry``): with the claimer's
+        own token the row comes back ``claimed`` only while untouched -- still its own, still
+        running, no attempt begun -- or ``skipped`` if it was skipped; anything else, or any
+        other token, is ``exists``. Nothing changes."""
+        row = self._pick(which, "running") if running else self._pick(which)
+        if row is None:
+            return
+        token = row.claim_token if own else f"stranger-{which}"
+        request = ClaimRequest(row.occurrence_id, row.task_id, 1, "manual", 1, token, retry=True)
+        (result,) = self._repo(node).claim([request])
+        unchanged = token == row.claim_token == row.token
+        expected = ("claimed" if unchanged and row.status == "running" and not row.attempts
+                    else "skipped" if unchanged and row.status == "skipped" else "exists")
+        assert result.outcome == expected, (result, row)
+        REACHED["claim retry recognised" if expected == "claimed" else "claim retry refused"] += 1
 
     @precondition(lambda self: self._any_running())
     @rule(which=st.integers(0, 10**6), stale=st.booleans(), node=st.integers(0, 1))
@@ -435,8 +455,12 @@ def test_a_seeded_walk_reaches_every_transition(backend: str, engine: Engine, op
     REACHED.clear()
     rng = random.Random(7)
     machine = _machine(engine, operator)()
+    retries = random.Random(11)  # its own stream: the retries change nothing, nor the walk above
     for _ in range(WALK_STEPS * SCALE):
         _seeded_step(machine, rng)
+        if retries.random() < 0.1:
+            machine.retry_claim(retries.randrange(10**6), retries.random() < 0.7, retries.randrange(2),
+                                retries.random() < 0.7)
         machine.tables_match_the_model()
     missing = EVERY_TRANSITION - set(REACHED)
     assert not missing, f"the walk never reached {sorted(missing)} in {WALK_STEPS} steps ({dict(REACHED)})"

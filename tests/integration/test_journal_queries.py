@@ -4,71 +4,20 @@ repair-all draining the log failures."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler
-from scheduler_core.db.clock import db_now_ms
 from scheduler_core.db.tables import executions, logs, tasks
 from scheduler_core.errors import ConfigError
-from scheduler_core.model import Attempt
-from scheduler_core.store import ClaimRequest, ExecutionRepository
 from scheduler_core.store.journal_queries import HOUR_MS, BoundedCount, Cursor, KeysetPage
+from tests.helpers.journal import db_now, execution_row, insert_rows, journal_pending, log_row
 
 HOUR = HOUR_MS
-
-
-# --- building rows ------------------------------------------------------------------------
-
-
-def journal_pending(engine: Engine, count: int, status: str = "failed", started_at: int = 1_000,
-                    prefix: str = "pending") -> list[str]:
-    """Journal ``count`` finished executions whose logs were never projected (``pending``),
-    through the engine's own write path, as a node whose log writes failed would leave them.
-    Each has its own task (one slot each) and one attempt."""
-    ghost = ExecutionRepository(engine, "ghost", 60_000)
-    requests = [ClaimRequest(str(uuid.uuid4()), f"{prefix}-{i:04d}", 1, "manual", 1, str(uuid.uuid4()),
-                             source="test") for i in range(count)]
-    assert all(r.outcome == "claimed" for r in ghost.claim(requests))
-    for request in requests:
-        attempt = Attempt(log_id=str(uuid.uuid4()), attempt=1, sequence=1, node_id="ghost", started_at=started_at,
-                          finished_at=started_at + 5, status=status, error="boom" if status == "failed" else None)
-        execution = ghost.get(request.occurrence_id)
-        assert execution is not None
-        assert ghost.finish(execution, request.token, status, None, [attempt], release_slot=True)
-    return [r.occurrence_id for r in requests]
-
-
-def execution_row(occurrence_id: str, created_at: int, status: str = "success", task_id: str = "t",
-                  log_persistence: str | None = None) -> dict[str, Any]:
-    return {"occurrence_id": occurrence_id, "task_id": task_id, "task_revision": 1, "trigger": "manual",
-            "status": status, "sequence": 1, "attempt": 1, "max_attempts": 1, "attempts": [],
-            "log_persistence": log_persistence, "created_at": created_at, "updated_at": created_at}
-
-
-def log_row(log_id: str, started_at: int, status: str = "success", task_id: str = "t",
-            source: str | None = None) -> dict[str, Any]:
-    return {"id": log_id, "occurrence_id": f"occ-{log_id}", "task_id": task_id, "trigger": "manual",
-            "source": source, "status": status, "sequence": 1, "attempt": 1, "node_id": "n",
-            "started_at": started_at, "finished_at": started_at + 1, "duration_ms": 1, "error": None,
-            "result": None, "created_at": started_at}
-
-
-def insert_rows(engine: Engine, table: Any, rows: Iterable[dict[str, Any]]) -> None:
-    with engine.begin() as conn:
-        conn.execute(insert(table), list(rows))
-
-
-def db_now(engine: Engine) -> int:
-    with engine.connect() as conn:
-        now = int(conn.execute(select(db_now_ms())).scalar_one())
-        conn.rollback()
-    return now
 
 
 def walk(fetch: Callable[..., KeysetPage[Any]], ident: Callable[[Any], str]) -> tuple[list[str], list[str]]:

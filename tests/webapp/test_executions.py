@@ -13,8 +13,7 @@ from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
 from scheduler_core.db.tables import executions
-from tests.helpers.journal import abandon_running_execution, wait_for_status
-from tests.integration.test_journal_queries import execution_row, insert_rows
+from tests.helpers.journal import abandon_running_execution, execution_row, insert_rows, wait_for_status
 from tests.webapp.conftest import Auth, csrf_token
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from werkzeug.security import generate_password_hash
 
 from scheduler_core.db.tables import logs
-from tests.integration.test_journal_queries import insert_rows, journal_pending, log_row
+from tests.helpers.journal import insert_rows, journal_pending, log_row
 from tests.webapp.conftest import Auth, csrf_token
 
 DETAIL = re.compile(r'href="/logs/entry/([^"]+)"')

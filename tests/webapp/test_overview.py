@@ -14,7 +14,7 @@ from werkzeug.security import generate_password_hash
 from scheduler_core.db.clock import set_test_clock_offset_ms
 from scheduler_core.db.tables import executions, reach_queue
 from scheduler_core.store.journal_queries import HOUR_MS
-from tests.integration.test_journal_queries import db_now, execution_row, insert_rows, journal_pending
+from tests.helpers.journal import db_now, execution_row, insert_rows, journal_pending
 from tests.webapp.conftest import Auth
 
 # the two parts of a card: its link and its figure
