@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import Scheduler
 from scheduler_core.cron import new_occurrence_id
 from scheduler_core.db.clock import db_now_ms
+from scheduler_core.db.tables import slots
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 
@@ -89,3 +90,11 @@ def db_now(engine: Engine) -> int:
         now = int(conn.execute(select(db_now_ms())).scalar_one())
         conn.rollback()
     return now
+
+
+def slot_holder(engine: Engine, task_id: str) -> str | None:
+    """The occurrence holding a task's slot (None: free, or no slot row)."""
+    with engine.connect() as conn:
+        holder = conn.execute(select(slots.c.occurrence_id).where(slots.c.task_id == task_id)).scalar()
+        conn.rollback()
+    return holder

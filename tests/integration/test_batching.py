@@ -26,12 +26,13 @@ from scheduler_core import TaskDefinition
 from scheduler_core.cron import new_occurrence_id
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.engine import dialect_kind
-from scheduler_core.db.tables import executions, logs, slots
+from scheduler_core.db.tables import executions, logs
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.runtime.batching import FinishOutcome, GroupCommit, OwnerWrites
 from scheduler_core.store import ClaimRequest, ExecutionRepository, LogRepository
 from scheduler_core.store.executions import BeginRequest, FinishRequest
 from tests.conftest import TestDatabase
+from tests.helpers.journal import slot_holder
 
 LEASE_MS = 60_000
 
@@ -65,13 +66,6 @@ def _row(engine: Engine, occurrence_id: str) -> Any:
         row = conn.execute(select(executions).where(executions.c.occurrence_id == occurrence_id)).one()
         conn.rollback()
     return row
-
-
-def _slot(engine: Engine, task_id: str) -> str | None:
-    with engine.connect() as conn:
-        holder = conn.execute(select(slots.c.occurrence_id).where(slots.c.task_id == task_id)).scalar()
-        conn.rollback()
-    return holder
 
 
 def _log_ids(engine: Engine) -> set[str]:
@@ -162,12 +156,12 @@ def test_a_finish_batch_commits_and_projects_only_the_rows_still_owned(engine: E
             for e in (good, bad, unsure)] == [("success", None), ("failed", None), ("unknown", "outcome_unknown")]
     assert all(_row(engine, e.occurrence_id).log_persistence == "persisted" for e in (good, bad, unsure))
     assert _log_ids(engine) == {a3.log_id, a4.log_id, a5.log_id}
-    assert _slot(engine, good.task_id) is None and _slot(engine, bad.task_id) is None
-    assert _slot(engine, unsure.task_id) == unsure.occurrence_id  # unknown keeps the slot
+    assert slot_holder(engine, good.task_id) is None and slot_holder(engine, bad.task_id) is None
+    assert slot_holder(engine, unsure.task_id) == unsure.occurrence_id  # unknown keeps the slot
     for lost in (expired, taken):
         row = _row(engine, lost.occurrence_id)
         assert row.status == "running" and row.log_persistence is None
-        assert _slot(engine, lost.task_id) == lost.occurrence_id
+        assert slot_holder(engine, lost.task_id) == lost.occurrence_id
 
 
 def test_a_failed_projection_leaves_the_terminal_commits_pending(engine: Engine, owner: ExecutionRepository) -> None:
@@ -250,7 +244,7 @@ def test_a_claim_batch_answers_per_row(engine: Engine, owner: ExecutionRepositor
                            ClaimRequest(mine, "c-0", 1, "manual", 1, str(uuid.uuid4()))])
     assert {r.occurrence_id: r.outcome for r in results} == {theirs: "exists", busy: "skipped", mine: "claimed"}
     assert (_row(engine, busy).status, _row(engine, busy).reason) == ("skipped", "slot_busy")
-    assert _slot(engine, "b-0") == busy_holder and _slot(engine, "c-0") == mine
+    assert slot_holder(engine, "b-0") == busy_holder and slot_holder(engine, "c-0") == mine
     assert _row(engine, theirs).owner_node == "other"
 
 
@@ -281,7 +275,7 @@ def test_a_retried_claim_recognises_its_own_row_whose_answer_was_lost(engine: En
     assert [r.outcome for r in again + stranger] == ["exists", "exists"]
     row = _row(engine, lost)
     assert (row.status, row.execution_token, row.owner_node, row.sequence) == ("running", token, "owner", 1)
-    assert _slot(engine, "lost") == lost
+    assert slot_holder(engine, "lost") == lost
 
 
 def test_a_claim_seats_an_occurrence_whose_task_has_no_slot_row(engine: Engine, owner: ExecutionRepository) -> None:
@@ -293,7 +287,7 @@ def test_a_claim_seats_an_occurrence_whose_task_has_no_slot_row(engine: Engine, 
     results = owner.claim([ClaimRequest(bare, "bare", 1, "manual", 1, str(uuid.uuid4())),
                            ClaimRequest(held, "held-0", 1, "manual", 1, str(uuid.uuid4()))])
     assert {r.occurrence_id: r.outcome for r in results} == {bare: "claimed", held: "skipped"}
-    assert (_slot(engine, "bare"), _slot(engine, "held-0")) == (bare, held_first)
+    assert (slot_holder(engine, "bare"), slot_holder(engine, "held-0")) == (bare, held_first)
 
 
 # --- the lock-wait pitfall, batched ---------------------------------------------------------

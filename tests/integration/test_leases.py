@@ -7,17 +7,17 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import select, text, update
+from sqlalchemy import text, update
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, TaskDefinition
 from scheduler_core.cron import new_occurrence_id
 from scheduler_core.db import close_engine, create_engine
-from scheduler_core.db.tables import executions, slots
+from scheduler_core.db.tables import executions
 from scheduler_core.model import Attempt
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 from tests.conftest import TestDatabase
-from tests.helpers.journal import abandon_running_execution, wait_for_status
+from tests.helpers.journal import abandon_running_execution, slot_holder, wait_for_status
 
 
 def _node(make_node: Any, hooks: Any = None, **config: Any) -> Scheduler:
@@ -46,13 +46,6 @@ def _task(**fields: Any) -> TaskDefinition:
     return TaskDefinition(id="job", name="Job", cron="0 2 * * *", **fields)
 
 
-def _slot(engine: Engine) -> str | None:
-    with engine.connect() as conn:
-        holder = conn.execute(select(slots.c.occurrence_id).where(slots.c.task_id == "job")).scalar()
-        conn.rollback()
-    return holder
-
-
 def test_idempotent_execution_is_taken_over_with_the_same_occurrence(engine: Engine,
                                                                      make_node: Any) -> None:
     seen: list[Any] = []
@@ -64,7 +57,7 @@ def test_idempotent_execution_is_taken_over_with_the_same_occurrence(engine: Eng
     assert (done.sequence, done.attempt) == (2, 2)
     assert [a.status for a in done.attempts] == ["unknown", "success"]
     assert [(c.occurrence_id, c.sequence, c.attempt) for c in seen] == [(occurrence, 2, 2)]
-    assert _slot(engine) is None
+    assert slot_holder(engine, "job") is None
     assert len(node.get_logs(task_id="job")) == 2
 
 
@@ -74,7 +67,7 @@ def test_idempotent_execution_without_budget_becomes_unknown(engine: Engine, mak
     occurrence = abandon_running_execution(engine, "job", started=True, max_attempts=1)
     node.start()
     assert wait_for_status(node, occurrence, "unknown").reason == "attempts_exhausted"
-    assert _slot(engine) == occurrence
+    assert slot_holder(engine, "job") == occurrence
 
 
 def test_never_started_execution_is_interrupted_and_frees_the_slot(engine: Engine,
@@ -84,7 +77,7 @@ def test_never_started_execution_is_interrupted_and_frees_the_slot(engine: Engin
     occurrence = abandon_running_execution(engine, "job", started=False)
     node.start()
     assert wait_for_status(node, occurrence, "interrupted").reason == "owner_lost_before_start"
-    assert _slot(engine) is None
+    assert slot_holder(engine, "job") is None
 
 
 def test_lost_lease_cancels_the_attempt_and_publishes_nothing(engine: Engine, make_node: Any) -> None:
@@ -110,7 +103,7 @@ def test_close_marks_a_started_non_idempotent_attempt_unknown(engine: Engine, ma
     node.close()
     worker.join(20)
     assert result[0].status == "unknown"
-    assert _slot(engine) == result[0].occurrence_id
+    assert slot_holder(engine, "job") == result[0].occurrence_id
 
 
 def test_close_leaves_a_started_idempotent_attempt_for_takeover(engine: Engine, make_node: Any) -> None:

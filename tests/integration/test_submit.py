@@ -15,10 +15,10 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, TaskDefinition
-from scheduler_core.db.tables import executions, slots
+from scheduler_core.db.tables import executions
 from scheduler_core.errors import ConfigError, NotInitializedError, TaskNotFoundError
 from scheduler_core.store import ExecutionRepository
-from tests.helpers.journal import wait_for_status
+from tests.helpers.journal import slot_holder, wait_for_status
 
 MakeScheduler = Callable[..., Scheduler]
 
@@ -53,13 +53,6 @@ def _journal(engine: Engine) -> list[Any]:
     return rows
 
 
-def _slot_holder(engine: Engine, task_id: str) -> str | None:
-    with engine.connect() as conn:
-        holder = conn.execute(select(slots.c.occurrence_id).where(slots.c.task_id == task_id)).scalar()
-        conn.rollback()
-    return holder
-
-
 def test_submit_returns_while_the_run_goes_on(make_node: MakeScheduler, engine: Engine) -> None:
     gate = Gate()
     scheduler = make_node(hooks={"on_task_execute": gate})
@@ -68,13 +61,13 @@ def test_submit_returns_while_the_run_goes_on(make_node: MakeScheduler, engine: 
     # The claim is committed when submit returns: the row is there, running, holding the slot.
     running = scheduler.execution.get(occurrence)
     assert (running.status, running.trigger, running.source) == ("running", "manual", "dashboard:alice")
-    assert _slot_holder(engine, "report") == occurrence
+    assert slot_holder(engine, "report") == occurrence
     assert gate.entered.wait(10)  # the handler runs on another thread while we go on
     assert scheduler.execution.get(occurrence).status == "running"
     gate.release.set()
     done = wait_for_status(scheduler, occurrence, "success")
     assert done.attempts[-1].result == {"ran": occurrence} and gate.calls == [occurrence]
-    assert _slot_holder(engine, "report") is None
+    assert slot_holder(engine, "report") is None
     [log] = scheduler.get_logs(task_id="report")
     assert (log.occurrence_id, log.status, log.source) == (occurrence, "success", "dashboard:alice")
 
@@ -107,7 +100,7 @@ def test_busy_slot_is_journaled_skipped(make_node: MakeScheduler, engine: Engine
     assert (skipped.status, skipped.reason, skipped.source) == ("skipped", "slot_busy", "second")
     gate.release.set()
     wait_for_status(scheduler, first, "success")
-    assert gate.calls == [first] and _slot_holder(engine, "report") is None
+    assert gate.calls == [first] and slot_holder(engine, "report") is None
 
 
 def test_slot_contention_between_two_nodes(make_node: MakeScheduler) -> None:
@@ -144,7 +137,7 @@ def test_close_while_running_leaves_an_unknown(make_node: MakeScheduler, engine:
     assert gate.cancelled == ["closing"]
     row = ExecutionRepository(engine, "reader", 60_000).get(occurrence)
     assert row is not None and (row.status, row.reason) == ("unknown", "node_closed")
-    assert _slot_holder(engine, "report") == occurrence  # unknown keeps the slot
+    assert slot_holder(engine, "report") == occurrence  # unknown keeps the slot
     # The runner unregistered before close() returned; its thread ends right after.
     runs = [t for t in threading.enumerate() if t.name == f"hai-submit-{occurrence[:8]}"]
     for thread in runs:
