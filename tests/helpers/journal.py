@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler
 from scheduler_core.cron import new_occurrence_id
-from scheduler_core.db.clock import db_now_ms
+from scheduler_core.db.clock import db_now_ms, set_test_clock_offset_ms, test_clock_offset_ms
 from scheduler_core.db.tables import slots
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.store import ClaimRequest, ExecutionRepository
@@ -90,6 +90,17 @@ def db_now(engine: Engine) -> int:
         now = int(conn.execute(select(db_now_ms())).scalar_one())
         conn.rollback()
     return now
+
+
+def place_db_clock(engine: Engine, second_of_minute: int) -> int:
+    """Shift the test offset on the DB clock so that it now reads `second_of_minute` s into a minute.
+
+    Tests that count cron occurrences start away from a minute boundary this way; returns the DB now.
+    """
+    now = db_now(engine)
+    shift = (second_of_minute * 1000 - now % 60_000) % 60_000
+    set_test_clock_offset_ms(test_clock_offset_ms() + shift)
+    return now + shift
 
 
 def slot_holder(engine: Engine, task_id: str) -> str | None:

@@ -16,7 +16,7 @@ from scheduler_core.db import set_test_clock_offset_ms
 from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.tables import nodes, tasks
 from scheduler_core.errors import InvalidStoredValueError
-from tests.helpers.journal import wait_for_status
+from tests.helpers.journal import place_db_clock, wait_for_status
 
 
 @pytest.fixture
@@ -37,6 +37,7 @@ def test_cron_fires_once_per_minute(engine: Engine, make_node: Any, clock_offset
     seen: list[Any] = []
     node = make_node(hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
     node.register(TaskDefinition(id="minutely", name="Minutely", cron="* * * * *"))
+    place_db_clock(engine, 5)  # start away from a minute boundary, so exactly one minute is current
     node.start()
     _wait(lambda: len(seen) == 1)  # the current minute counts once at start
     time.sleep(0.5)
