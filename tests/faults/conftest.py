@@ -8,17 +8,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import close_engine, create_engine, set_test_clock_offset_ms
-from scheduler_core.db.clock import test_clock_offset_ms
+from scheduler_core.db import close_engine, create_engine
 from tests.conftest import TestDatabase
 
 
 @pytest.fixture(autouse=True)
-def clock_offset() -> Iterator[None]:
-    """Restore this process's DB clock test offset after the test."""
-    before = test_clock_offset_ms()
-    yield
-    set_test_clock_offset_ms(before)
+def _restore_clock_offset(clock_offset: None) -> None:
+    """Every fault test restores this process's DB clock test offset (the ``clock_offset`` fixture)."""
 
 
 @pytest.fixture

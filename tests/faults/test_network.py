@@ -37,7 +37,6 @@ from sqlalchemy.engine import Engine
 from scheduler_core.model import Execution
 from tests.conftest import TestDatabase
 from tests.helpers.fault_cluster import (
-    enter_minute,
     occurrence,
     register,
     repair_pending,
@@ -47,6 +46,7 @@ from tests.helpers.fault_cluster import (
     wait_for,
 )
 from tests.helpers.fault_node import statement_kind
+from tests.helpers.journal import enter_minute
 from tests.helpers.oracle import TaskSpec, Window, check_database, read_effects, read_events, read_journal
 from tests.helpers.tcp_proxy import Statements, TcpProxy
 

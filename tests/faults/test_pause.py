@@ -21,7 +21,6 @@ from sqlalchemy.engine import Engine
 
 from tests.conftest import TestDatabase
 from tests.helpers.fault_cluster import (
-    enter_minute,
     occurrence,
     register,
     spawn_fault_node,
@@ -30,6 +29,7 @@ from tests.helpers.fault_cluster import (
     wait_for,
     wait_terminal,
 )
+from tests.helpers.journal import enter_minute
 from tests.helpers.oracle import TaskSpec, Window, check_database, read_effects, read_events, read_journal
 
 pytestmark = pytest.mark.slow

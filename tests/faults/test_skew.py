@@ -21,14 +21,13 @@ from sqlalchemy.engine import Engine
 
 from tests.conftest import TestDatabase
 from tests.helpers.fault_cluster import (
-    db_now,
-    enter_minute,
     register,
     spawn_fault_node,
     stop_nodes,
     wait_for,
     wait_ready,
 )
+from tests.helpers.journal import db_now, enter_minute
 from tests.helpers.oracle import MINUTE_MS, TaskSpec, Window, check_database, read_effects, read_journal
 from tests.helpers.processes import faketime_env
 

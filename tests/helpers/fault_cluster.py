@@ -23,33 +23,14 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.cron import cron_occurrence_id
-from scheduler_core.db import db_now_ms, set_test_clock_offset_ms
 from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.tables import executions
 from scheduler_core.model import Execution, RetryPolicy
 from scheduler_core.store.executions import execution_from_row
-from tests.helpers.oracle import MINUTE_MS, Effect, TaskSpec, read_events, record_effect
+from tests.helpers.oracle import Effect, TaskSpec, read_events, record_effect
 from tests.helpers.processes import HELPERS
 
 ROOT = HELPERS.parent.parent
-
-
-def db_now(engine: Engine) -> int:
-    """DB time in unix ms, with this process's test offset."""
-    with engine.connect() as conn:
-        value = int(conn.execute(select(db_now_ms())).scalar_one())
-        conn.rollback()
-    return value
-
-
-def enter_minute(engine: Engine, seconds_into: float = 5.0) -> int:
-    """Raise this process's clock offset so that DB time is ``seconds_into`` the next minute;
-    returns that minute's start (ms). The offset only grows: nothing journaled before is
-    seen as written in the future."""
-    now = db_now(engine)
-    target = now - now % MINUTE_MS + MINUTE_MS
-    set_test_clock_offset_ms(test_clock_offset_ms() + target + int(seconds_into * 1000) - now)
-    return target
 
 
 def offset_env() -> dict[str, str]:

@@ -92,15 +92,14 @@ def db_now(engine: Engine) -> int:
     return now
 
 
-def place_db_clock(engine: Engine, second_of_minute: int) -> int:
-    """Shift the test offset on the DB clock so that it now reads `second_of_minute` s into a minute.
-
-    Tests that count cron occurrences start away from a minute boundary this way; returns the DB now.
-    """
+def enter_minute(engine: Engine, seconds_into: float = 5.0) -> int:
+    """Raise this process's clock offset so that DB time is ``seconds_into`` the next minute;
+    returns that minute's start (ms). The offset only grows: nothing journaled before is
+    seen as written in the future. Tests that count cron occurrences start this way."""
     now = db_now(engine)
-    shift = (second_of_minute * 1000 - now % 60_000) % 60_000
-    set_test_clock_offset_ms(test_clock_offset_ms() + shift)
-    return now + shift
+    target = now - now % 60_000 + 60_000
+    set_test_clock_offset_ms(test_clock_offset_ms() + target + int(seconds_into * 1000) - now)
+    return target
 
 
 def slot_holder(engine: Engine, task_id: str) -> str | None:

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import TaskDefinition
 from scheduler_core.errors import ConfigError, JsCompileFailedError
+from tests.helpers.journal import enter_minute
 
 PY_CODE = "def run(context):\n    return {'task': context['task_id'], 'n': context['params']['n'] * 2}\n"
 JS_CODE = "async function run(context) { return {task: context.task_id, n: context.params.n * 2}; }"
@@ -98,7 +99,8 @@ def http_server() -> Any:
     server.close()
 
 
-def test_api_task_fires_from_cron_and_logs_the_outcome(make_node: Any, http_server: Any) -> None:
+def test_api_task_fires_from_cron_and_logs_the_outcome(make_node: Any, http_server: Any, engine: Engine,
+                                                       clock_offset: None) -> None:
     import time
 
     node = make_node()
@@ -107,6 +109,7 @@ def test_api_task_fires_from_cron_and_logs_the_outcome(make_node: Any, http_serv
                                           "body": {"amount": 3}, "headers": {"Authorization": "Bearer s3cret",
                                                                              "idempotency-key": "user-set"}}))
     assert "s3cret" not in repr(node.tasks[0])
+    enter_minute(engine)  # 5 s into a DB minute: exactly one occurrence is due
     node.start()  # the current minute counts once: the cron occurrence fires now
     deadline = time.monotonic() + 15
     while not node.get_logs(task_id="billing/run"):

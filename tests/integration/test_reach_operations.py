@@ -28,13 +28,6 @@ def receiver() -> Iterator[RecordingServer]:
     server.close()
 
 
-@pytest.fixture
-def clock_offset() -> Iterator[None]:
-    before = test_clock_offset_ms()
-    yield
-    set_test_clock_offset_ms(before)
-
-
 def _config(receiver: RecordingServer, dnd: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"providers": [
         {"name": "hook", "type": "api", "url": receiver.url("/status/400"), "idempotent": True},  # dead at once

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,14 +15,7 @@ from scheduler_core.db import set_test_clock_offset_ms
 from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.tables import nodes, tasks
 from scheduler_core.errors import InvalidStoredValueError
-from tests.helpers.journal import place_db_clock, wait_for_status
-
-
-@pytest.fixture
-def clock_offset() -> Iterator[None]:
-    before = test_clock_offset_ms()
-    yield
-    set_test_clock_offset_ms(before)
+from tests.helpers.journal import enter_minute, wait_for_status
 
 
 def _wait(predicate: Any, timeout: float = 15) -> None:
@@ -37,7 +29,7 @@ def test_cron_fires_once_per_minute(engine: Engine, make_node: Any, clock_offset
     seen: list[Any] = []
     node = make_node(hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
     node.register(TaskDefinition(id="minutely", name="Minutely", cron="* * * * *"))
-    place_db_clock(engine, 5)  # start away from a minute boundary, so exactly one minute is current
+    enter_minute(engine)  # start 5 s into a DB minute, so exactly one minute is current
     node.start()
     _wait(lambda: len(seen) == 1)  # the current minute counts once at start
     time.sleep(0.5)
