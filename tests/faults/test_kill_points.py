@@ -38,7 +38,6 @@ from sqlalchemy.engine import Engine
 from scheduler_core.model import Execution
 from tests.conftest import TestDatabase
 from tests.helpers.fault_cluster import (
-    enter_minute,
     register,
     repair_pending,
     spawn_fault_node,
@@ -47,6 +46,7 @@ from tests.helpers.fault_cluster import (
     wait_terminal,
 )
 from tests.helpers.fault_node import POINTS
+from tests.helpers.journal import enter_minute
 from tests.helpers.oracle import TaskSpec, Window, check_database, read_effects, read_events
 
 pytestmark = pytest.mark.slow
