@@ -10,7 +10,8 @@ Session set-up (``prepare_engine``, also for engines made elsewhere, e.g. Flask-
   write. A deferred transaction that reads and then writes fails with SQLITE_BUSY_SNAPSHOT
   even with a busy timeout, when another process committed in between; taking the write
   lock at BEGIN makes writers queue on the busy timeout instead. Read-only work opts into a
-  plain ``BEGIN`` with ``execution_options(hai_read_only=True)`` so it never blocks writers.
+  plain ``BEGIN`` with ``execution_options(hai_read_only=True)`` so it never blocks writers;
+  ``hai_autocommit=True`` sends no ``BEGIN`` at all (single-statement reads).
 - MySQL / MariaDB: READ COMMITTED (so a conditional UPDATE re-reads the latest committed
   row instead of a stale snapshot) and ``time_zone = '+00:00'`` (see clock.py).
 - PostgreSQL: READ COMMITTED (the server default, set explicitly), an application name, and
@@ -203,7 +204,10 @@ def _sqlite_use_wal(cursor: Any, busy_ms: int) -> None:
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
-    read_only = conn.get_execution_options().get("hai_read_only", False)
+    options = conn.get_execution_options()
+    if options.get("hai_autocommit", False):
+        return  # each statement its own implicit transaction (store.dialect.AutocommitLine)
+    read_only = options.get("hai_read_only", False)
     conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 

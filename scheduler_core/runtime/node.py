@@ -3,10 +3,11 @@
 APScheduler's BackgroundScheduler is the local tick source only (one interval job, never
 overlapping); the database decides everything else. Each tick:
 1. one statement: DB clock + tasks version + the earliest lease deadline of running
-   executions (every heartbeat interval the heartbeat's UPDATE carries it back); reload
-   definitions only when the version moved;
+   executions, in autocommit on a connection the node holds (one round trip; every
+   heartbeat interval the heartbeat's UPDATE carries it back instead); reload definitions
+   only when the version moved;
 2. only if some lease is over: the expiry scan -> take over (idempotent, budget left), else
-   settle. An idle tick is that one statement (on SQLite also its BEGIN);
+   settle. An idle tick is that one statement;
 3. claim due occurrences (backlog first) up to free capacity, in batches; re-read their
    definitions (one statement: the tasks version, and the full rows only if it moved);
    hand them to the pool.
@@ -39,7 +40,7 @@ from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import DueOccurrence, Planner
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
-from scheduler_core.store.dialect import read
+from scheduler_core.store.dialect import AutocommitLine, read
 
 logger = logging.getLogger("scheduler_core.node")
 CLAIM_BATCH = 200
@@ -69,6 +70,7 @@ class Node:
         # under the same id, can produce it.
         self._token_namespace = uuid.uuid4()
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
+        self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -89,7 +91,7 @@ class Node:
             self.ticker.shutdown(wait=True)
             self.ticker = None
         with self._tick_lock:  # a tick in progress finishes its dispatch first
-            pass
+            self._tick_line.close()
 
     def shutdown_pool(self) -> None:
         """Wait for the pool's runners to end -- their terminal commits decided, too."""
@@ -144,7 +146,7 @@ class Node:
         which carries the snapshot back (RETURNING)."""
         now = time.monotonic()
         if now - self._last_heartbeat < self.ctx.config.heartbeat_interval_ms / 1000:
-            return self.ctx.tasks.tick_snapshot(leases=True)
+            return self.ctx.tasks.tick_snapshot(leases=True, line=self._tick_line)
         self._last_heartbeat = now
         row = self.nodes.heartbeat(self.ctx.node_id, socket.gethostname(), os.getpid(),
                                    self.ctx.tasks.snapshot_columns(leases=True))

@@ -24,7 +24,7 @@ from scheduler_core.errors import (
     TaskAlreadyExistsError,
 )
 from scheduler_core.model import RetryPolicy, TaskDefinition, validate_task
-from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore, read, write
+from scheduler_core.store.dialect import AutocommitLine, StatementCache, greatest, insert_ignore, read, write
 
 TASKS_VERSION = "tasks_version"
 T = TypeVar("T")
@@ -87,12 +87,15 @@ class TaskRepository:
         self.engine = engine
         self._snapshots = StatementCache()  # the tick's statement, built once
 
-    def tick_snapshot(self, leases: bool = False) -> TickSnapshot:
+    def tick_snapshot(self, leases: bool = False, line: AutocommitLine | None = None) -> TickSnapshot:
         """One statement: the DB clock and the tasks version; with ``leases`` also the earliest
         lease deadline of the running executions, so that an idle tick knows without a second
         statement whether the expiry scan has anything to do (an index lookup on
-        ``(status, lease_until)``, evaluated in the same statement as the clock)."""
+        ``(status, lease_until)``, evaluated in the same statement as the clock). On ``line``
+        (the node's held autocommit connection) it is one round trip."""
         query = self._snapshots.get(f"snapshot:{leases}", lambda: select(*self.snapshot_columns(leases)))
+        if line is not None:
+            return self.snapshot_from(line.one(query))
         return read(self.engine, lambda conn: self.snapshot_from(conn.execute(query).one()))
 
     @staticmethod

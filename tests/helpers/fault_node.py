@@ -25,8 +25,9 @@ product code knows about them:
   after its finish UPDATE and slot release, before its ``INSERT INTO logs``.
 
 SIGSTOP at ``in_handler`` and ``after_handler`` is sent only while this process has no
-database connection checked out, so no open transaction holds a lock while it is stopped: new
-checkouts wait at a gate until every connection is back in the pool. SIGSTOP at a statement
+database connection checked out (other than the tick's, held in autocommit outside any
+transaction), so no open transaction holds a lock while it is stopped: new checkouts wait at a
+gate until every connection is back in the pool. SIGSTOP at a statement
 point stops the process right there, inside its transaction, with its locks held: a process
 frozen (GC pause, VM freeze) in the middle of a write. SIGSTOP goes to the calling thread
 (``pthread_kill``): sent to the process, the kernel hands it to the main thread, and under load
@@ -57,6 +58,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.store.dialect import AutocommitLine
 from tests.helpers.oracle import Effect, append_event, record_effect
 
 POINTS = ("before_claim_commit", "after_claim_commit", "in_handler", "before_finish", "before_projection")
@@ -148,7 +150,8 @@ class KillSwitch:
         assert self.engine is not None
         while True:
             with self.gate:  # no checkout can start while we look and stop
-                if self.engine.pool.checkedout() == 0:  # type: ignore[attr-defined]
+                # The node's tick line holds a connection in autocommit, outside any transaction.
+                if self.engine.pool.checkedout() == AutocommitLine.held(self.engine):  # type: ignore[attr-defined]
                     append_event(self.events, {"kind": "pause", "where": where, "node": self.node_id,
                                                "pid": os.getpid()})
                     signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)

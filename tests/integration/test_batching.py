@@ -6,7 +6,7 @@ tests build batches in which some rows are no longer ours -- lease expired, take
 another node -- and check that exactly the others were written, that a row the database
 refuses fails alone, that a failing log projection leaves the terminal commit in place
 (``pending``), that a write which waited on a row lock is decided by the clock after the
-wait, and that an idle tick costs at most two statements.
+wait, and that an idle tick is one statement and one round trip.
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ from scheduler_core import TaskDefinition
 from scheduler_core.cron import new_occurrence_id
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.engine import dialect_kind
-from scheduler_core.db.tables import executions, logs
+from scheduler_core.db.tables import executions, logs, scheduler_meta
+from scheduler_core.errors import DatabaseError
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.runtime.batching import FinishOutcome, GroupCommit, OwnerWrites
 from scheduler_core.store import ClaimRequest, ExecutionRepository, LogRepository
+from scheduler_core.store.dialect import AutocommitLine
 from scheduler_core.store.executions import BeginRequest, FinishRequest
 from tests.conftest import TestDatabase
 from tests.helpers.journal import slot_holder
@@ -368,17 +370,25 @@ def test_group_commit_reports_a_failing_flush_to_every_waiter() -> None:
 
 @pytest.fixture
 def counted(engine: Engine) -> Iterator[list[str]]:
-    statements: list[str] = []
+    """Every round trip the engine makes: statements, and the COMMITs, ROLLBACKs and pool
+    check-outs (each check-out pre-pings a server) that carry no statement."""
+    sent: list[str] = []
 
     def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement)
+        sent.append(statement)
 
-    event.listen(engine, "before_cursor_execute", count)
-    yield statements
-    event.remove(engine, "before_cursor_execute", count)
+    listeners: list[tuple[Any, str, Any]] = [
+        (engine, "before_cursor_execute", count), (engine, "commit", lambda conn: sent.append("COMMIT")),
+        (engine, "rollback", lambda conn: sent.append("ROLLBACK")),
+        (engine.pool, "checkout", lambda *_: sent.append("CHECKOUT"))]
+    for target, name, listener in listeners:
+        event.listen(target, name, listener)
+    yield sent
+    for target, name, listener in listeners:
+        event.remove(target, name, listener)
 
 
-def test_an_idle_tick_costs_at_most_two_statements(engine: Engine, make_node: Any, counted: list[str]) -> None:
+def test_an_idle_tick_is_one_statement_and_one_round_trip(engine: Engine, make_node: Any, counted: list[str]) -> None:
     node = make_node(heartbeat_interval_ms=3_600_000)  # the heartbeat is measured by bench/idle.py
     for i in range(20):
         node.register(TaskDefinition(id=f"idle-{i}", name=f"Idle {i}", cron="0 0 1 1 *"))
@@ -395,7 +405,33 @@ def test_an_idle_tick_costs_at_most_two_statements(engine: Engine, make_node: An
         assert time.monotonic() < deadline, "the node does not tick"
         time.sleep(0.02)
     measured_ticks, statements = len(ticks) - first, list(counted)
-    # An idle tick is one statement (SQLite: and its BEGIN); a tick caught mid-way adds at most one.
-    per_tick = 2 if dialect_kind(engine) == "sqlite" else 1
-    assert len(statements) <= per_tick * (measured_ticks + 1), statements
+    # An idle tick is one statement on the node's held autocommit connection: no check-out
+    # (pre-ping), BEGIN, COMMIT or ROLLBACK around it. A tick caught mid-way adds at most one.
+    assert len(statements) <= measured_ticks + 1, statements
+    assert all(s.lstrip().upper().startswith("SELECT") for s in statements), statements
     assert all("FROM executions" not in s or "min(" in s.lower() for s in statements), statements
+
+
+def test_the_tick_line_reads_in_autocommit_and_replaces_a_dropped_connection(engine: Engine) -> None:
+    kind = dialect_kind(engine)
+    line = AutocommitLine(engine)
+    try:
+        backend_id = {"postgresql": "SELECT pg_backend_pid()", "mysql": "SELECT CONNECTION_ID()",
+                      "sqlite": "SELECT 0"}[kind]
+        first = line.one(text(backend_id))[0]
+        assert AutocommitLine.held(engine) == 1
+        with engine.begin() as conn:  # a write committed elsewhere: the next read sees it (no held snapshot)
+            conn.execute(insert(scheduler_meta), [{"name": "probe", "value": 7}])
+        assert line.one(select(scheduler_meta.c.value).where(scheduler_meta.c.name == "probe"))[0] == 7
+        with pytest.raises(DatabaseError):  # a failing read names itself and discards the connection
+            line.one(text("SELECT * FROM no_such_table"))
+        assert line.one(text("SELECT 1"))[0] == 1
+        if kind != "sqlite":
+            current = line.one(text(backend_id))[0]
+            with engine.begin() as conn:  # the server drops the held connection (restart, idle timeout)
+                conn.execute(text("SELECT pg_terminate_backend(:pid)" if kind == "postgresql" else "KILL :pid"),
+                             {"pid": current})
+            assert line.one(text(backend_id))[0] not in (first, current)  # replaced, read at once
+    finally:
+        line.close()
+    assert engine.pool.checkedout() == 0 == AutocommitLine.held(engine)  # type: ignore[attr-defined]
