@@ -93,7 +93,8 @@ class Node:
     def __init__(self, options: dict[str, Any]) -> None:
         self.options = options
         concurrency = int(options.get("concurrency", 8))
-        self.engine = create_engine({"url": options["url"], "pool_size": concurrency + 6})
+        senders = int((options.get("reach") or {}).get("queue", {}).get("concurrency", 4))
+        self.engine = create_engine({"url": options["url"], "pool_size": concurrency + 6 + senders})
         self.meter = Meter(self.engine)
         self.started = 0
         self._started_lock = threading.Lock()

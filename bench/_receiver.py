@@ -63,6 +63,8 @@ class _Handler(BaseHTTPRequestHandler):
         payload = json.loads(self.rfile.read(length) or b"{}")
         key = self.headers.get("Idempotency-Key")
         self.server.owner.record(str(payload.get("to")), key)
+        if self.server.owner.answer_after_ms:
+            time.sleep(self.server.owner.answer_after_ms / 1000)  # a provider's latency
         body = json.dumps({"id": key or f"r-{time.monotonic_ns()}"}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -74,7 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
 class Receiver:
     """Serves from a background thread until :meth:`close`."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer_after_ms: int = 0) -> None:
+        self.answer_after_ms = answer_after_ms
         self.deliveries: list[Delivery] = []
         self._keys: set[str] = set()
         self._lock = threading.Lock()

@@ -71,8 +71,9 @@ COLUMNS = [("backend", "database"), ("mode", "rounds"), ("messages", "messages")
 TERMINAL = ("sent", "dead", "unknown", "discarded")
 
 
-def reach_config(receiver_url: str, window_end: int, idempotent: bool) -> dict[str, Any]:
-    """A webhook provider to the receiver, and a 3-hour delay window ending at ``window_end``."""
+def reach_config(receiver_url: str, window_end: int, idempotent: bool, senders: int) -> dict[str, Any]:
+    """A webhook provider to the receiver, a 3-hour delay window ending at ``window_end``, and
+    ``senders`` deliveries at once per round (``queue.concurrency``)."""
 
     def wall(ms: int) -> str:
         return time.strftime("%H:%M", time.gmtime(ms / 1000))
@@ -80,7 +81,8 @@ def reach_config(receiver_url: str, window_end: int, idempotent: bool) -> dict[s
     return {"providers": [{"name": "hook", "type": "api", "url": receiver_url, "idempotent": idempotent,
                            "timeout_ms": 10_000}],
             "dnd": {"enabled": True, "strategy": "delay", "start": wall(window_end - 180 * MINUTE_MS),
-                    "end": wall(window_end), "timezone": "UTC"}}
+                    "end": wall(window_end), "timezone": "UTC"},
+            "queue": {"concurrency": senders}}
 
 
 def enqueue(engine: Any, config: dict[str, Any], count: int, offset: int) -> float:
@@ -99,12 +101,13 @@ def enqueue(engine: Any, config: dict[str, Any], count: int, offset: int) -> flo
         set_test_clock_offset_ms(0)
 
 
-def measure(target: Target, count: int, node_count: int, mode: str, idempotent: bool, lead_s: float) -> dict[str, Any]:
+def measure(target: Target, count: int, node_count: int, mode: str, idempotent: bool, lead_s: float,
+            senders: int, receiver_ms: int) -> dict[str, Any]:
     engine = prepare(target.url)
-    receiver = Receiver()
+    receiver = Receiver(answer_after_ms=receiver_ms)
     try:
         window_end = next_boundary(engine, 0) + 180 * MINUTE_MS  # any boundary: the offset puts us there
-        config = reach_config(receiver.url, window_end, idempotent)
+        config = reach_config(receiver.url, window_end, idempotent, senders)
         enqueue_s = enqueue(engine, config, count, offset_for(engine, window_end - 60 * MINUTE_MS, 0))
         offset = offset_for(engine, window_end, lead_s)
         options = {"url": target.url, "reach": config, "reach_mode": mode, "tick_ms": 1000}
@@ -167,12 +170,18 @@ def main() -> None:
     parser.add_argument("--no-idempotent", dest="idempotent", action="store_false",
                         help="a webhook provider that does not promise idempotency (no Idempotency-Key)")
     parser.add_argument("--lead-s", type=float, default=10.0, help="seconds between node start and the window's end")
+    parser.add_argument("--concurrency", type=int, default=4,
+                        help="queue.concurrency: deliveries a node's round runs at once (1-32; product default 4)")
+    parser.add_argument("--receiver-ms", type=int, default=0,
+                        help="the receiver answers each request after this many ms (a real provider's latency)")
     args = parser.parse_args()
     rows = run_on_targets(args, parser, "notify", lambda target: measure(
-        target, args.messages, args.nodes, args.mode, args.idempotent, args.lead_s))
+        target, args.messages, args.nodes, args.mode, args.idempotent, args.lead_s, args.concurrency,
+        args.receiver_ms))
     kind = "idempotent" if args.idempotent else "non-idempotent"
     title = (f"Notification queue: {args.messages:,} messages released at the end of a "
-             f"do-not-disturb window, {args.nodes} nodes, {kind} webhook, rounds: {args.mode}")
+             f"do-not-disturb window, {args.nodes} nodes, {kind} webhook, rounds: {args.mode}, "
+             f"{args.concurrency} senders per node, receiver answers after {args.receiver_ms} ms")
     finish(COLUMNS, rows, title, args.json)
 
 

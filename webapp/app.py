@@ -22,9 +22,11 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.db import DatabaseConfig, engine_options, health_check, prepare_engine, upgrade
 from scheduler_core.db.config import is_production
+from scheduler_core.errors import ReachConfigError
+from scheduler_core.reach import QueuePolicy
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from webapp import audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
-from webapp.node import NODE_CONCURRENCY, make_reach, make_scheduler
+from webapp.node import NODE_CONCURRENCY, make_reach, make_scheduler, reach_config
 from webapp.secrets import bootstrap_admin, secret_key
 
 db = SQLAlchemy()
@@ -47,11 +49,17 @@ def _database_config(app: Flask) -> DatabaseConfig:
     return DatabaseConfig.from_env(environ)
 
 
-def _sized(options: dict[str, Any]) -> dict[str, Any]:
+def _sized(options: dict[str, Any], app: Flask) -> dict[str, Any]:
     """One pool per worker process holds: every web thread's request, the node's handler
     threads plus its reserved connections (tick, lease keeper, operator call), and the
-    notification round. Never smaller than the configured size."""
-    needed = int(os.environ.get("HAI_THREADS", "4")) + NODE_CONCURRENCY + RESERVED_CONNECTIONS + 1
+    notification round (its claims and ``queue.concurrency`` senders). Never smaller than the
+    configured size."""
+    try:
+        reach = reach_config(app)
+        senders = QueuePolicy.parse(reach.get("queue") if isinstance(reach, Mapping) else None).concurrency
+    except (ReachConfigError, TypeError):
+        senders = QueuePolicy().concurrency  # make_reach reports the bad setting by name
+    needed = int(os.environ.get("HAI_THREADS", "4")) + NODE_CONCURRENCY + RESERVED_CONNECTIONS + 1 + senders
     options["pool_size"] = max(int(options.get("pool_size", 0)), needed)
     return options
 
@@ -65,7 +73,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         app.config.update(test_config)
     config = _database_config(app)
     app.config["SQLALCHEMY_DATABASE_URI"] = config.sqlalchemy_url().render_as_string(hide_password=False)
-    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _sized(engine_options(config))
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _sized(engine_options(config), app)
     app.config.setdefault("SECRET_KEY", None)
     app.config["SECRET_KEY"] = app.config["SECRET_KEY"] or secret_key(config)
     # Secure cookies whenever the dashboard is served over HTTPS: in production always (behind

@@ -39,19 +39,21 @@ class QueuePolicy:
     retry_delay_ms: int = 60_000  # first backoff; 1000..86400000
     max_retry_delay_ms: int = 3_600_000  # backoff cap; 1000..86400000, >= retry_delay_ms
     lease_ms: int = 60_000  # a round's claim on one message, renewed while sending
+    concurrency: int = 4  # deliveries a node's round runs at once; 1..32 (not stored with messages)
 
     def __post_init__(self) -> None:
         _int("queue.max_attempts", self.max_attempts, 1, 100)
         _int("queue.retry_delay_ms", self.retry_delay_ms, *DELAY_RANGE)
         _int("queue.max_retry_delay_ms", self.max_retry_delay_ms, *DELAY_RANGE)
         _int("queue.lease_ms", self.lease_ms, *DELAY_RANGE)
+        _int("queue.concurrency", self.concurrency, 1, 32)
         if self.max_retry_delay_ms < self.retry_delay_ms:
             raise ReachConfigError("queue.max_retry_delay_ms", "must not be smaller than queue.retry_delay_ms")
 
     @classmethod
     def parse(cls, values: Mapping[str, Any] | None) -> QueuePolicy:
         values = values or {}
-        _keys("queue", values, ("max_attempts", "retry_delay_ms", "max_retry_delay_ms", "lease_ms"))
+        _keys("queue", values, ("max_attempts", "retry_delay_ms", "max_retry_delay_ms", "lease_ms", "concurrency"))
         return cls(**values)
 
 

@@ -5,7 +5,9 @@ while the last one was full: see ``Reach._round_in_background``), and handles at
 rows. Its eligibility time is fixed when it starts, so a row that fails and is rescheduled is
 not claimed again in the same round. Each row is claimed on its own under a DB-clock lease;
 ``sending`` is committed before the provider is called, and the lease is renewed while the
-provider works.
+provider works. Up to ``queue.concurrency`` deliveries of a round run at once: the round's
+thread claims a row only when a sender is free (so no claimed row waits on its lease), and
+each sender carries its row from ``sending`` to its settlement exactly as a lone one would.
 
 What a failed delivery becomes (``decide``):
 - ``invalid_message`` -> dead at once (retrying cannot help);
@@ -22,6 +24,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -75,22 +78,46 @@ class RoundReport:
 
 
 class DeliveryRounds:
-    def __init__(self, repo: QueueRepository, providers: Callable[[], dict[str, Provider]]) -> None:
+    def __init__(self, repo: QueueRepository, providers: Callable[[], dict[str, Provider]],
+                 concurrency: int = 1) -> None:
         self.repo = repo
         self.providers = providers
+        self.concurrency = concurrency
 
     def run(self) -> RoundReport:
         recovered = self.recover_expired()
         eligible_at = self.repo.now()  # fixed for the round
         counts = {"claimed": 0, "sent": 0, "retried": 0, "dead": 0, "unknown": 0, "lost": 0}
-        for _ in range(ROUND_LIMIT):
-            token = str(uuid.uuid4())
-            message = self.repo.claim_next(eligible_at, token)
-            if message is None:
-                break
-            counts["claimed"] += 1
-            outcome = self._deliver(message, token)
-            counts[_COUNTER.get(outcome, "lost")] += 1
+        counted = threading.Lock()
+        free = threading.Semaphore(self.concurrency)
+
+        def send(message: QueuedMessage, token: str) -> None:
+            try:
+                outcome = self._deliver(message, token)
+            except Exception:  # a database failure mid-delivery: the row's lease runs out and
+                # recovery settles it (retry before sending; unknown or retry after)
+                logger.warning("queue %s: delivery failed; recovery settles it", message.entry.queue_id,
+                               exc_info=True)
+                outcome = "lost"
+            finally:
+                free.release()
+            with counted:
+                counts[_COUNTER.get(outcome, "lost")] += 1
+
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="hai-reach-send") as senders:
+            for _ in range(ROUND_LIMIT):
+                free.acquire()  # claim only for a free sender: a claimed row never waits
+                token = str(uuid.uuid4())
+                try:
+                    message = self.repo.claim_next(eligible_at, token)
+                except BaseException:
+                    free.release()
+                    raise  # the senders at work finish first (the pool's exit waits for them)
+                if message is None:
+                    free.release()
+                    break
+                counts["claimed"] += 1
+                senders.submit(send, message, token)
         return RoundReport(recovered=recovered, **counts)
 
     def _deliver(self, message: QueuedMessage, token: str) -> str:

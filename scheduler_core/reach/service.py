@@ -87,7 +87,7 @@ class Reach:
         if self._engine is not None:
             self._prepare_database()
             self._queue_repo = QueueRepository(self._engine, self._node_id, config.queue.lease_ms)
-            self._rounds = DeliveryRounds(self._queue_repo, lambda: self._providers)
+            self._rounds = DeliveryRounds(self._queue_repo, lambda: self._providers, config.queue.concurrency)
         self._config, self._providers = config, providers
 
     def _prepare_database(self) -> None:

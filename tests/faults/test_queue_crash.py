@@ -3,8 +3,8 @@
 Messages held by do-not-disturb are released to two node processes delivering to a real
 webhook receiver on 127.0.0.1 (tests/helpers/http_server.py), half through an idempotent
 provider (Idempotency-Key: the queue id) and half through a plain one. One node is SIGKILLed
-while both are in the middle of a request; this process then runs rounds (as a third node)
-until every message is settled. At the receiver, nothing may be lost:
+while both have requests in flight (up to ``queue.concurrency``, default 4, each); this
+process then runs rounds (as a third node) until every message is settled. At the receiver, nothing may be lost:
 
 - every message ends ``sent``, ``dead`` or ``unknown`` -- never still pending, never gone;
 - a ``sent`` message reached the receiver; a plain one exactly once;
@@ -60,12 +60,18 @@ def _spawn(database: TestDatabase, node_id: str, ready: Path, config: dict[str, 
                             env={**os.environ, "HAI_TEST_DB_CLOCK_OFFSET_MS": later})
 
 
+def _labelled(config: dict[str, Any], node: str) -> dict[str, Any]:
+    """``config`` with every provider URL labelled by the node that sends (``?from=node``)."""
+    return {**config, "providers": [{**p, "url": f"{p['url']}?from={node}"} for p in config["providers"]]}
+
+
 def _both_sending(receiver: RecordingServer) -> bool:
-    """Two requests in the middle of their slow answer (each node sends one at a time)."""
+    """Each node has a request in the middle of its slow answer (a node sends up to
+    ``queue.concurrency`` at once; the label in the path says whose a request is)."""
     waiting = [r for r in list(receiver.requests) if r.outcome is None]
-    if len(waiting) < 2:
+    if not all(any(r.path.endswith(f"from={node}") for r in waiting) for node in ("doomed", "steady")):
         return False
-    time.sleep(0.03)  # not one that was just being answered
+    time.sleep(0.03)  # not ones that were just being answered
     return all(r.outcome is None for r in waiting)
 
 
@@ -146,7 +152,7 @@ def test_a_node_killed_while_sending_loses_no_message(database: TestDatabase, en
         assert receiver.requests == []
 
         ready = tmp_path / "ready"
-        procs = [_spawn(database, name, ready, config) for name in ("doomed", "steady")]
+        procs = [_spawn(database, name, ready, _labelled(config, name)) for name in ("doomed", "steady")]
         try:
             wait_for(lambda: len(receiver.requests) >= 4 and _both_sending(receiver), "both nodes to be sending", procs)
             procs[0].send_signal(signal.SIGKILL)
@@ -165,7 +171,8 @@ def test_a_node_killed_while_sending_loses_no_message(database: TestDatabase, en
 
         statuses = {q: (e.status if (e := reach.queue.get(q)) is not None else None) for q, _ in bodies.values()}
         assert total_queue_check(statuses, bodies, list(receiver.requests)) == []
-        cut_off = [r.json()["body"] for r in receiver.requests if str(r.outcome).startswith("client gone")]
+        cut_off = [r.json()["body"] for r in receiver.requests if str(r.outcome).startswith("client gone")
+                   and r.path.endswith("from=doomed")]
         assert cut_off, "no request was cut off by the kill: the test did not test a crash while sending"
         for body in cut_off:  # the interrupted delivery was retried with its key, or left for a person
             queue_id, idempotent = bodies[body]

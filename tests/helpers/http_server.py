@@ -10,6 +10,8 @@ Behaviour is chosen by the path:
 * ``/drop``: reads the request, then closes the connection without answering
 * ``/echo``: 200 with the request's JSON body echoed
 
+A query string never changes the behaviour: it labels requests (e.g. by sender) in ``path``.
+
 Every handler that waits also watches the server's stop flag and whether the client is still
 there, so that closing the server never waits for a sleeping handler. Handler threads are named
 ``recording-server`` so tests can tell them from threads that leaked.
@@ -93,7 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
                                    {name.lower(): value for name, value in self.headers.items()})
         self.server.owner.requests.append(recorded)
         self.close_connection = True
-        route, _, argument = self.path.lstrip("/").partition("/")
+        route, _, argument = self.path.partition("?")[0].lstrip("/").partition("/")  # a query only labels
         action = self._routes().get(route, self._not_found)
         try:
             recorded.outcome = action(argument, recorded) or "answered"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -38,13 +39,6 @@ def receiver() -> Iterator[RecordingServer]:
 def smtp() -> Iterator[SmtpServer]:
     with SmtpServer() as server:
         yield server
-
-
-@pytest.fixture
-def clock_offset() -> Iterator[None]:
-    before = test_clock_offset_ms()
-    yield
-    set_test_clock_offset_ms(before)
 
 
 def _window_around_now() -> dict[str, Any]:
@@ -218,3 +212,33 @@ def test_a_backlog_drains_in_back_to_back_rounds_of_at_most_100(engine: Engine, 
     assert rounds[:3] == [100, 100, 50]
     keys = [request.header("Idempotency-Key") for request in receiver.requests]
     assert sorted(keys) == sorted(queued) and len(set(keys)) == 250
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_round_sends_up_to_its_concurrency_at_once(engine: Engine, receiver: RecordingServer, clock_offset: None,
+                                                      concurrency: int) -> None:
+    """8 held messages to a receiver that takes 0.6 s each: a round keeps ``queue.concurrency``
+    requests in flight (never more), and each message is sent once and settled."""
+    config = _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}, idempotent=True, path="/slow/0.6")
+    config["queue"]["concurrency"] = concurrency
+    reach = _reach(engine, config)
+    queued = {reach.send({"provider": "hook", "to": f"user-{i}", "body": "held"}).queue_id for i in range(8)}
+    set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # the window is over
+    in_flight: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.01):
+            in_flight.append(sum(1 for r in list(receiver.requests) if r.outcome is None))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        report = reach.run_round()
+    finally:
+        done.set()
+        watcher.join()
+    assert (report.claimed, report.sent, report.lost) == (8, 8, 0)
+    assert max(in_flight) == concurrency
+    assert sorted(r.header("Idempotency-Key") for r in receiver.requests) == sorted(queued)
+    assert reach.queue.counts()["sent"] == 8

@@ -83,3 +83,21 @@ def test_serve_hosts_the_dashboard_and_a_node_per_worker(tmp_path: Path) -> None
     finally:
         close_engine(engine)
     assert len(stopped) == 2 and all(stopped), "worker nodes were not closed on shutdown"
+
+
+def test_each_worker_pool_holds_the_notification_senders() -> None:
+    """A worker's pool is sized for its web threads, its node and its delivery round, whose
+    ``queue.concurrency`` senders each need a connection while they settle a message."""
+    from flask import Flask
+
+    from webapp.app import _sized
+
+    def pool_size(reach: object) -> int:
+        bare = Flask("sizing")
+        bare.config["REACH"] = reach
+        return int(_sized({"pool_size": 1}, bare)["pool_size"])
+
+    default = pool_size({})
+    assert pool_size({"queue": {"concurrency": 12}}) == default + 8  # the default is 4 senders
+    assert pool_size({"queue": {"concurrency": 0}}) == default  # refused by name when reach starts
+    assert _sized({"pool_size": 500}, Flask("sizing"))["pool_size"] == 500  # never below the setting
