@@ -9,6 +9,7 @@ from scheduler_core.db.engine import (
     dialect_kind,
     engine_options,
     health_check,
+    pool_capacity,
     prepare_engine,
 )
 from scheduler_core.db.migrate import MigrationState, migration_state, upgrade
@@ -27,6 +28,7 @@ __all__ = [
     "migration_state",
     "optional_ms",
     "parse_database_config",
+    "pool_capacity",
     "prepare_engine",
     "set_test_clock_offset_ms",
     "to_ms",

@@ -65,7 +65,7 @@ class DatabaseConfig:
     port: int | None = None  # server port; default 5432 / 3306
     user: str | None = None
     password: str | None = field(default=None, repr=False)  # masked in snapshots
-    pool_size: int = 10  # connections kept per process, 1..1000
+    pool_size: int = 16  # connections kept per process, 1..1000
     acquire_timeout_ms: int = 10_000  # wait for a pooled connection, 1..2147483647
     connect_timeout_ms: int = 10_000  # establishing one connection, 1..2147483647
     busy_timeout_ms: int = 30_000  # SQLite: wait for the file's write lock, 1..2147483647

@@ -82,6 +82,15 @@ def prepare_engine(engine: Engine, *, busy_timeout_ms: int = 30_000) -> Engine:
     return engine
 
 
+def pool_capacity(engine: Engine) -> int | None:
+    """How many connections ``engine``'s pool can hand out at once (size plus overflow); None
+    for a pool without a bound (e.g. ``NullPool``)."""
+    size = getattr(engine.pool, "size", None)
+    if not callable(size):
+        return None
+    return int(size()) + max(0, int(getattr(engine.pool, "_max_overflow", 0)))
+
+
 def health_check(engine: Engine) -> int:
     """Round-trip to the database; returns its clock in unix ms."""
     with engine.connect().execution_options(hai_read_only=True) as conn:

@@ -73,7 +73,7 @@ class RoundReport:
     retried: int = 0
     dead: int = 0
     unknown: int = 0
-    lost: int = 0  # leases lost mid-delivery: another node settles those
+    lost: int = 0  # not settled by this round (lease lost, or a database error): recovery settles those
     recovered: int = 0  # expired claims of dead owners settled first
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import prepare_engine, upgrade
+from scheduler_core.db import pool_capacity, prepare_engine, upgrade
 from scheduler_core.errors import (
     DeliveryRejectedError,
     DndBlockedError,
@@ -85,6 +85,7 @@ class Reach:
         if config.dnd.enabled and config.dnd.strategy == "delay" and self._engine is None:
             raise ReachConfigError("dnd.strategy", "delay needs the database (its queue table holds the messages)")
         if self._engine is not None:
+            _check_pool(self._engine, config.queue.concurrency, 0, "delivery rounds")
             self._prepare_database()
             self._queue_repo = QueueRepository(self._engine, self._node_id, config.queue.lease_ms)
             self._rounds = DeliveryRounds(self._queue_repo, lambda: self._providers, config.queue.concurrency)
@@ -233,7 +234,11 @@ class Reach:
             logger.warning("delivery round failed; the next minute retries", exc_info=True)
 
     def attach(self, scheduler: Any) -> None:
-        """Run delivery rounds on ``scheduler``'s tick loop (no second scheduler)."""
+        """Run delivery rounds on ``scheduler``'s tick loop (no second scheduler). On the
+        scheduler's own engine, its pool must hold the node's connections and the rounds'."""
+        if self._config is not None and self._engine is not None and scheduler.engine is self._engine:
+            _check_pool(self._engine, self._config.queue.concurrency, scheduler.connections_needed(),
+                        "the scheduler node and delivery rounds")
         scheduler.add_tick_listener(self.on_tick)
 
     # --- helpers ----------------------------------------------------------------------------------
@@ -387,6 +392,18 @@ class TemplateOperations:
         if stored is None:
             raise TemplateNotFoundError(f"template {name!r} not found")
         return stored
+
+
+def _check_pool(engine: Engine, senders: int, others: int, users: str) -> None:
+    """A round holds a connection for its claims and one per sender at most: refuse a pool that
+    cannot give them (a sender starved of a connection past the acquire timeout leaves a sent
+    message to recovery, which makes a plain provider's message ``unknown``)."""
+    capacity = pool_capacity(engine)
+    needed = others + senders + 1
+    if capacity is not None and capacity < needed:
+        raise ReachConfigError("queue.concurrency", f"{users} need a connection pool of at least {needed} "
+                                                    f"(this engine's pool holds {capacity}); raise the pool size "
+                                                    f"or lower queue.concurrency ({senders})")
 
 
 def _version(value: Any) -> int:

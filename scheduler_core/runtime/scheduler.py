@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.cron import manual_occurrence_id, new_occurrence_id
-from scheduler_core.db import migration_state, prepare_engine, upgrade
+from scheduler_core.db import migration_state, pool_capacity, prepare_engine, upgrade
 from scheduler_core.errors import (
     AlreadyRunningError,
     ConfigError,
@@ -45,7 +45,7 @@ from scheduler_core.store import (
 from scheduler_core.store.dialect import write
 
 TRIGGER_POLL_S = 0.2
-RESERVED_CONNECTIONS = 3  # tick, lease keeper, one caller of trigger()/the operator API
+RESERVED_CONNECTIONS = 4  # the tick's held line and its pooled work, lease keeper, one trigger()/operator caller
 
 
 class Scheduler:
@@ -145,19 +145,20 @@ class Scheduler:
         ctx.leases.start()
         self._ctx = ctx
 
+    def connections_needed(self) -> int:
+        """The connections this node may hold at once: one per handler thread, plus the tick's
+        held line and its pooled work, the lease keeper and one operator call."""
+        return self._config.max_concurrency + RESERVED_CONNECTIONS
+
     def _check_pool(self) -> None:
         """Every handler thread, the tick and the lease keeper may hold a connection at once.
 
         A smaller pool starves the lease keeper under load, and leases then run out while
         their owners are alive: refuse it up front.
         """
-        size = getattr(self._engine.pool, "size", None)
-        overflow = getattr(self._engine.pool, "_max_overflow", 0)
-        if not callable(size):
-            return
-        available = size() + max(0, overflow)
-        needed = self._config.max_concurrency + RESERVED_CONNECTIONS
-        if available < needed:
+        available = pool_capacity(self._engine)
+        needed = self.connections_needed()
+        if available is not None and available < needed:
             raise ConfigError("max_concurrency", f"{self._config.max_concurrency} handler threads need a connection "
                                                  f"pool of at least {needed} (this engine's pool holds {available}); "
                                                  "raise the pool size or lower max_concurrency")

@@ -333,6 +333,9 @@ class AutocommitLine:
                     dropped = isinstance(exc, DBAPIError) and exc.connection_invalidated
                     if attempt == 2 or not dropped:
                         raise _database_error("read", exc) from exc
+                except BaseException:
+                    self._discard()  # interrupted mid-statement: the connection's state is unknown
+                    raise
             raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -346,7 +349,14 @@ class AutocommitLine:
                 options["isolation_level"] = "AUTOCOMMIT"
             # The statements run inside SQLAlchemy's autobegun transaction, which is never
             # ended: ending it would send a COMMIT or ROLLBACK the driver does not skip (PyMySQL).
-            self._conn = self.engine.connect().execution_options(**options)
+            conn = self.engine.connect()
+            try:
+                conn.execution_options(**options)  # PyMySQL: SET AUTOCOMMIT, which may fail
+            except BaseException:
+                with contextlib.suppress(SQLAlchemyError):
+                    conn.close()
+                raise
+            self._conn = conn
             self._count(self.engine, 1)
         return self._conn
 

@@ -43,6 +43,7 @@ class RecordedRequest:
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)  # lower-cased name -> last value
     outcome: str | None = None  # how answering ended: "answered", "client gone", ... (set last)
+    received_at: float = field(default_factory=time.monotonic)  # when the request was read
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())

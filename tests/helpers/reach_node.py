@@ -20,7 +20,7 @@ from scheduler_core.reach import Reach
 
 def main(url: str, node_id: str, ready_file: str, config_json: str) -> None:
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {node_id} %(name)s %(message)s")
-    engine = create_engine({"url": url, "pool_size": 12})
+    engine = create_engine({"url": url})  # the default pool holds the node's connections and the rounds'
     scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, tick_interval_ms=200))
     scheduler.init()
     reach = Reach(engine, json.loads(config_json), node_id=node_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,10 +10,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import set_test_clock_offset_ms
+from scheduler_core import Scheduler, SchedulerConfig
+from scheduler_core.db import close_engine, create_engine, set_test_clock_offset_ms
 from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.errors import (
     DndBlockedError,
+    InitFailedError,
     InvalidRecipientError,
     ProviderNotFoundError,
     ReachConfigError,
@@ -22,6 +23,7 @@ from scheduler_core.errors import (
     TemplateRenderFailedError,
 )
 from scheduler_core.reach import Reach
+from tests.conftest import TestDatabase
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.smtp_server import SmtpServer
 
@@ -217,28 +219,52 @@ def test_a_backlog_drains_in_back_to_back_rounds_of_at_most_100(engine: Engine, 
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_a_round_sends_up_to_its_concurrency_at_once(engine: Engine, receiver: RecordingServer, clock_offset: None,
                                                       concurrency: int) -> None:
-    """8 held messages to a receiver that takes 0.6 s each: a round keeps ``queue.concurrency``
-    requests in flight (never more), and each message is sent once and settled."""
-    config = _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}, idempotent=True, path="/slow/0.6")
+    """8 held messages to a receiver that answers each after 0.8 s: a round keeps
+    ``queue.concurrency`` requests in flight (never more), and each message is sent once and settled.
+
+    In flight is counted from arrival times: a request is in flight from its arrival until its
+    answer, which comes no sooner than 0.8 s later, and a sender's next request arrives only
+    after it has that answer -- so requests that arrived within 0.8 s of each other overlapped."""
+    config = _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}, idempotent=True, path="/slow/0.8")
     config["queue"]["concurrency"] = concurrency
     reach = _reach(engine, config)
     queued = {reach.send({"provider": "hook", "to": f"user-{i}", "body": "held"}).queue_id for i in range(8)}
     set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # the window is over
-    in_flight: list[int] = []
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(0.01):
-            in_flight.append(sum(1 for r in list(receiver.requests) if r.outcome is None))
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        report = reach.run_round()
-    finally:
-        done.set()
-        watcher.join()
+    report = reach.run_round()
     assert (report.claimed, report.sent, report.lost) == (8, 8, 0)
-    assert max(in_flight) == concurrency
+    arrivals = sorted(r.received_at for r in receiver.requests)
+    in_flight = [sum(1 for earlier in arrivals if earlier <= at < earlier + 0.8) for at in arrivals]
+    assert max(in_flight) == concurrency, arrivals
     assert sorted(r.header("Idempotency-Key") for r in receiver.requests) == sorted(queued)
     assert reach.queue.counts()["sent"] == 8
+
+
+def test_a_pool_too_small_for_the_senders_is_refused_by_name(database: TestDatabase, receiver: RecordingServer) -> None:
+    """A round needs a connection for its claims and one per sender; on a scheduler's engine,
+    the node's connections too. Too small a pool is refused up front, naming the setting."""
+    small = create_engine({"url": database.url, "pool_size": 4})
+    shared = create_engine({"url": database.url, "pool_size": 12})
+    try:
+        with pytest.raises(ReachConfigError) as info:
+            _reach(small, _config(receiver))  # 4 senders + 1
+        assert info.value.field == "queue.concurrency" and "at least 5" in str(info.value)
+        one_sender = _config(receiver)
+        one_sender["queue"]["concurrency"] = 1
+        _reach(small, one_sender).close()  # 1 sender + 1 fits
+
+        node = Scheduler(shared, SchedulerConfig(node_id="pool-check"))  # 6 handler threads + 4
+        node.init()
+        reach = _reach(shared, _config(receiver))
+        try:
+            with pytest.raises(ReachConfigError) as info:
+                reach.attach(node)  # 10 + 4 + 1 > 12
+            assert info.value.field == "queue.concurrency" and "at least 15" in str(info.value)
+        finally:
+            reach.close()
+            node.close()
+        with pytest.raises(InitFailedError, match="max_concurrency: 6 handler threads need a connection pool of at "
+                                                  "least 10"):
+            Scheduler(small, SchedulerConfig(node_id="too-small")).init()
+    finally:
+        close_engine(small)
+        close_engine(shared)
