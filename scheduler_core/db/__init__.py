@@ -1,6 +1,6 @@
 """Database layer: configuration, engine, the DB clock, tables and migrations."""
 
-from scheduler_core.db.clock import db_now_ms, optional_ms, set_test_clock_offset_ms, to_ms
+from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, set_test_clock_offset_ms, to_ms
 from scheduler_core.db.config import DatabaseConfig, TlsConfig, parse_database_config
 from scheduler_core.db.engine import (
     close_engine,
@@ -22,6 +22,7 @@ __all__ = [
     "create_engine",
     "database_config",
     "db_now_ms",
+    "db_statement_now_ms",
     "dialect_kind",
     "engine_options",
     "health_check",

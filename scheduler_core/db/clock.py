@@ -11,6 +11,12 @@ uses it, giving unix milliseconds as a BIGINT:
 - SQLite: ``julianday('now')`` (millisecond precision). SQLite runs inside each process,
   so its clock is the host's clock, shared by every process on that one host.
 
+Each occurrence of ``db_now_ms()`` reads the clock anew, so two columns set from it in one
+statement can differ by a millisecond. ``db_statement_now_ms()`` is the time the statement
+started (PostgreSQL ``statement_timestamp()``, MySQL ``NOW(3)``; SQLite's ``'now'`` is one
+reading per statement anyway): the same at every occurrence, for a new row's ``created_at`` and
+``updated_at``. It never decides a lease: a statement may wait on a row lock after it started.
+
 Node clocks never grant or extend ownership: read the time in Python for diagnostics and
 for sleeping only.
 
@@ -70,6 +76,35 @@ def _compile_other(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
     raise CompileError(f"db_now_ms() is not defined for the {compiler.dialect.name} dialect")
 
 
+class _DbStatementNowMs(FunctionElement[int]):
+    """Database time at the start of the statement in unix milliseconds (BIGINT)."""
+
+    type = BigInteger()
+    inherit_cache = True
+    name = "db_statement_now_ms"
+
+
+@compiles(_DbStatementNowMs, "postgresql")
+def _compile_statement_pg(element: _DbStatementNowMs, compiler: Any, **kw: Any) -> str:
+    return "CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT)"
+
+
+@compiles(_DbStatementNowMs, "mysql")
+@compiles(_DbStatementNowMs, "mariadb")
+def _compile_statement_mysql(element: _DbStatementNowMs, compiler: Any, **kw: Any) -> str:
+    return "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)"
+
+
+@compiles(_DbStatementNowMs, "sqlite")
+def _compile_statement_sqlite(element: _DbStatementNowMs, compiler: Any, **kw: Any) -> str:
+    return _compile_sqlite(_DbNowMs(), compiler, **kw)  # 'now' is one reading per statement in SQLite
+
+
+@compiles(_DbStatementNowMs)
+def _compile_statement_other(element: _DbStatementNowMs, compiler: Any, **kw: Any) -> str:
+    raise CompileError(f"db_statement_now_ms() is not defined for the {compiler.dialect.name} dialect")
+
+
 def _offset_from_env() -> int:
     raw = os.environ.get("HAI_TEST_DB_CLOCK_OFFSET_MS", "").strip()
     if not raw:
@@ -111,6 +146,14 @@ def db_now_ms() -> ColumnElement[int]:
     if _test_offset_ms:
         return _DbNowMs() + literal(_test_offset_ms, BigInteger())
     return _DbNowMs()
+
+
+def db_statement_now_ms() -> ColumnElement[int]:
+    """The database's time when the current statement started, in unix ms: one value however
+    often it occurs in the statement (see the module docstring; never for lease decisions)."""
+    if _test_offset_ms:
+        return _DbStatementNowMs() + literal(_test_offset_ms, BigInteger())
+    return _DbStatementNowMs()
 
 
 def to_ms(value: Any, field: str) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine, Row
 
-from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import nodes
 from scheduler_core.store.dialect import insert_ignore, read, write
@@ -43,7 +43,7 @@ class NodeRepository:
             result = conn.execute(beat.returning(*returning) if carried else beat)
             row = result.first() if carried else None
             if (row is None if carried else result.rowcount == 0):
-                now = db_now_ms()
+                now = db_statement_now_ms()  # one reading: started_at = last_seen_at
                 conn.execute(insert_ignore(conn, nodes, [{"node_id": node_id, "host": host, "pid": pid,
                                                           "started_at": now, "last_seen_at": now,
                                                           "stopped_at": None}]))

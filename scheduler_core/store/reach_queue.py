@@ -16,7 +16,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql import ColumnElement
 
-from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.store.dialect import greatest, read, write
@@ -93,7 +93,7 @@ class QueueRepository:
         max_attempts, delay, max_delay = policy
 
         def work(conn: Connection) -> None:
-            now = db_now_ms()
+            now = db_statement_now_ms()  # one reading: created_at = updated_at
             conn.execute(reach_queue.insert().values(
                 queue_id=queue_id, provider=provider, template=template, recipient=recipient, subject=subject,
                 body=body, extra=extra, status="pending", attempt_count=0, max_attempts=max_attempts,

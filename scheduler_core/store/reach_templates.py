@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from scheduler_core.db.clock import db_now_ms, to_ms
+from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, to_ms
 from scheduler_core.db.tables import reach_templates
 from scheduler_core.store.dialect import greatest, insert_ignore, read, write
 
@@ -33,7 +33,7 @@ class TemplateRepository:
         """Insert or replace a template."""
 
         def work(conn: Connection) -> None:
-            now = db_now_ms()
+            now = db_statement_now_ms()  # one reading: created_at = updated_at
             conn.execute(insert_ignore(conn, reach_templates, [{
                 "name": name, "provider": provider, "subject": subject, "body": body, "created_at": now,
                 "updated_at": now}]))
@@ -65,7 +65,7 @@ class TemplateRepository:
         def work(conn: Connection) -> bool:
             if conn.execute(existing).first() is not None:
                 return False
-            now = db_now_ms()
+            now = db_statement_now_ms()  # one reading: created_at = updated_at
             conn.execute(insert_ignore(conn, reach_templates, [{
                 "name": name, "provider": provider, "subject": subject, "body": body, "created_at": now,
                 "updated_at": now}]))

@@ -14,7 +14,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
-from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import executions, scheduler_meta, slots, tasks
 from scheduler_core.errors import (
     DatabaseError,
@@ -155,7 +155,7 @@ class TaskRepository:
         """Insert a new task (revision 1) and its slot. TaskAlreadyExistsError on a taken id."""
 
         def work(c: Connection) -> TaskDefinition:
-            now = db_now_ms()
+            now = db_statement_now_ms()  # one reading: created_at = updated_at
             try:
                 with c.begin_nested():
                     c.execute(tasks.insert().values(id=task.id, revision=1, created_at=now, updated_at=now,

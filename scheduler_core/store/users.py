@@ -19,7 +19,7 @@ from sqlalchemy import false, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
-from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import audit_log, users
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.store.dialect import greatest, read, write
@@ -95,7 +95,7 @@ class UserRepository:
         _check_role(role)
 
         def work(conn: Connection) -> bool:
-            now = db_now_ms()
+            now = db_statement_now_ms()  # one reading: created_at = updated_at
             try:
                 with conn.begin_nested():
                     conn.execute(users.insert().values(username=name, role=role, password_hash=password_hash,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import db_now_ms, set_test_clock_offset_ms, to_ms
+from scheduler_core.db import db_now_ms, db_statement_now_ms, set_test_clock_offset_ms, to_ms
 from scheduler_core.db.clock import test_clock_offset_ms
 from tests.conftest import TestDatabase
 from tests.helpers.processes import faketime_env, run_helper
@@ -44,6 +44,23 @@ def test_time_advances_inside_one_transaction(engine: Engine) -> None:
         time.sleep(0.25)
         second = conn.execute(select(db_now_ms())).scalar_one()
     assert second - first >= 200
+
+
+def test_the_statement_clock_is_one_reading_per_statement(engine: Engine) -> None:
+    """db_statement_now_ms() is the same wherever it occurs in a statement (a new row's
+    created_at and updated_at agree), moves on between statements of one transaction, and
+    stays within a few ms of db_now_ms(); db_now_ms() is read anew at each occurrence."""
+    kind = engine.dialect.name
+    pause = {"postgresql": "pg_sleep(0.02)", "mysql": "SLEEP(0.02)", "mariadb": "SLEEP(0.02)"}.get(kind)
+    with engine.begin() as conn:
+        if pause is not None:  # the select list is evaluated left to right, with the pause between
+            stable = conn.execute(select(db_statement_now_ms(), text(pause), db_statement_now_ms())).one()
+            moving = conn.execute(select(db_now_ms(), text(pause), db_now_ms())).one()
+            assert stable[0] == stable[2] and moving[2] - moving[0] >= 15, (stable, moving)
+        first, clock = conn.execute(select(db_statement_now_ms(), db_now_ms())).one()
+        time.sleep(0.05)
+        second = conn.execute(select(db_statement_now_ms())).scalar_one()
+    assert 0 <= clock - first < 1_000 and second - first >= 40
 
 
 def test_test_offset_shifts_the_construct(engine: Engine) -> None:
