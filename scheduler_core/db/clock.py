@@ -46,63 +46,46 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 
 class _DbNowMs(FunctionElement[int]):
-    """Current database time in unix milliseconds (BIGINT), evaluated per statement."""
+    """Current database time in unix milliseconds (BIGINT), read at each occurrence."""
 
     type = BigInteger()
     inherit_cache = True
     name = "db_now_ms"
+    statement_start = False  # True: the time the statement started, one value per statement
+
+
+class _DbStatementNowMs(_DbNowMs):
+    """Database time at the start of the statement in unix milliseconds (BIGINT)."""
+
+    inherit_cache = True
+    name = "db_statement_now_ms"
+    statement_start = True
 
 
 @compiles(_DbNowMs, "postgresql")
 def _compile_pg(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
-    return "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
+    reading = "statement_timestamp()" if element.statement_start else "clock_timestamp()"
+    return f"CAST(FLOOR(EXTRACT(EPOCH FROM {reading}) * 1000) AS BIGINT)"
 
 
 @compiles(_DbNowMs, "mysql")
 @compiles(_DbNowMs, "mariadb")
 def _compile_mysql(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
-    return "CAST(FLOOR(UNIX_TIMESTAMP(SYSDATE(3)) * 1000) AS SIGNED)"
+    reading = "NOW(3)" if element.statement_start else "SYSDATE(3)"
+    return f"CAST(FLOOR(UNIX_TIMESTAMP({reading}) * 1000) AS SIGNED)"
 
 
 @compiles(_DbNowMs, "sqlite")
 def _compile_sqlite(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
     # 2440587.5 is the Julian day of the unix epoch; ROUND guards against the double
-    # landing a hair below a whole millisecond before the cast truncates it.
+    # landing a hair below a whole millisecond before the cast truncates it. 'now' is one
+    # reading per statement in SQLite, so both constructs compile alike.
     return "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 
 
 @compiles(_DbNowMs)
 def _compile_other(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
-    raise CompileError(f"db_now_ms() is not defined for the {compiler.dialect.name} dialect")
-
-
-class _DbStatementNowMs(FunctionElement[int]):
-    """Database time at the start of the statement in unix milliseconds (BIGINT)."""
-
-    type = BigInteger()
-    inherit_cache = True
-    name = "db_statement_now_ms"
-
-
-@compiles(_DbStatementNowMs, "postgresql")
-def _compile_statement_pg(element: _DbStatementNowMs, compiler: Any, **kw: Any) -> str:
-    return "CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT)"
-
-
-@compiles(_DbStatementNowMs, "mysql")
-@compiles(_DbStatementNowMs, "mariadb")
-def _compile_statement_mysql(element: _DbStatementNowMs, compiler: Any, **kw: Any) -> str:
-    return "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)"
-
-
-@compiles(_DbStatementNowMs, "sqlite")
-def _compile_statement_sqlite(element: _DbStatementNowMs, compiler: Any, **kw: Any) -> str:
-    return _compile_sqlite(_DbNowMs(), compiler, **kw)  # 'now' is one reading per statement in SQLite
-
-
-@compiles(_DbStatementNowMs)
-def _compile_statement_other(element: _DbStatementNowMs, compiler: Any, **kw: Any) -> str:
-    raise CompileError(f"db_statement_now_ms() is not defined for the {compiler.dialect.name} dialect")
+    raise CompileError(f"{element.name}() is not defined for the {compiler.dialect.name} dialect")
 
 
 def _offset_from_env() -> int:
