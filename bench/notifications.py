@@ -89,7 +89,8 @@ def enqueue(engine: Any, config: dict[str, Any], count: int, offset: int) -> flo
     """Send ``count`` messages with the DB clock inside the window; returns the seconds taken."""
     set_test_clock_offset_ms(offset)
     try:
-        reach = Reach(engine, config, node_id="bench-sender")
+        sender = {**config, "queue": {**config["queue"], "concurrency": 1}}  # this process only enqueues
+        reach = Reach(engine, sender, node_id="bench-sender")
         reach.init()
         began = time.monotonic()
         for i in range(count):

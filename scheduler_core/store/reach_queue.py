@@ -9,6 +9,7 @@ conditional write reports whether it applied (0 rows: the caller lost).
 from __future__ import annotations
 
 import builtins
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms,
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.store.dialect import greatest, read, write
+
+CLAIM_READS = 50  # reads of the due rows one claim makes at most while others take them first
 
 OWNED_STATUSES = ("processing", "sending")
 
@@ -107,15 +110,25 @@ class QueueRepository:
     def claim_next(self, eligible_at: int, token: str) -> QueuedMessage | None:
         """Claim one ``pending`` row due at ``eligible_at`` (fixed per round): status
         ``processing``, our token, a lease, ``attempt_count + 1`` (counted at claim, so a crash
-        after it still uses up the attempt). None when nothing is due."""
+        after it still uses up the attempt). None when nothing is due.
+
+        The oldest few due rows are tried in a random order, so that nodes draining one backlog
+        mostly try different rows; when other claimers took every one of them meanwhile, the
+        due rows are read again -- a round ends only when nothing is due, never because it lost
+        a race (it would then wait for the next minute while the backlog is left to the others)."""
         due = (select(reach_queue.c.queue_id)
                .where(reach_queue.c.status == "pending", reach_queue.c.next_attempt_at <= eligible_at)
                .order_by(reach_queue.c.next_attempt_at, reach_queue.c.queue_id).limit(8))
-        candidates: list[str] = read(self.engine, lambda conn: list(conn.execute(due).scalars()))
-        for queue_id in candidates:
-            if self._claim(queue_id, eligible_at, token):
-                return self._claimed(queue_id)
-        return None
+        for _ in range(CLAIM_READS):
+            candidates: list[str] = read(self.engine, lambda conn: list(conn.execute(due).scalars()))
+            if not candidates:
+                return None
+            random.shuffle(candidates)
+            for queue_id in candidates:
+                if self._claim(queue_id, eligible_at, token):
+                    return self._claimed(queue_id)
+            # every candidate was claimed by someone else: they are no longer due, read again
+        return None  # lost the race CLAIM_READS times over: the next round tries again
 
     def _claimed(self, queue_id: str) -> QueuedMessage:
         query = select(reach_queue).where(reach_queue.c.queue_id == queue_id)

@@ -55,6 +55,28 @@ def test_fixed_eligibility_keeps_a_failed_row_out_of_the_same_round(repo: QueueR
     assert entry is not None and entry.next_attempt_at > eligible_at and entry.last_failure == "transient_failure"
 
 
+def test_a_claim_reads_again_when_others_took_every_candidate(repo: QueueRepository, engine: Engine) -> None:
+    """Another node takes all the due rows this one just read: the claim reads the due rows
+    again and gets the next one, instead of ending its round as if nothing were due."""
+    due_at = repo.now()
+    first = [_enqueue(repo, not_before=due_at) for _ in range(8)]  # the oldest: the rows read first
+    later = _enqueue(repo, not_before=due_at + 1)
+    other = QueueRepository(engine, "node-b", 1_000)
+    claim = repo._claim
+    taken: list[str] = []
+
+    def raced(queue_id: str, eligible_at: int, token: str) -> bool:
+        if not taken:  # right after this node read its candidates, node-b claims all of them
+            taken.extend(q for q in first if other._claim(q, eligible_at, f"b-{q}"))
+        return claim(queue_id, eligible_at, token)
+
+    repo._claim = raced  # type: ignore[method-assign]
+    message = repo.claim_next(due_at + 1, "tok-a")
+    assert sorted(taken) == sorted(first)
+    assert message is not None and message.entry.queue_id == later
+    assert repo.claim_next(due_at + 1, "tok-a2") is None  # now nothing is due
+
+
 def test_a_delayed_message_waits_for_its_time(repo: QueueRepository) -> None:
     _enqueue(repo, not_before=repo.now() + 60_000)
     assert repo.claim_next(repo.now(), "tok") is None
