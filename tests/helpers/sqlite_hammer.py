@@ -15,10 +15,11 @@ from sqlalchemy import text
 from scheduler_core.db import close_engine, create_engine
 
 
-def main(url: str, worker: str, seconds: float) -> None:
+def main(url: str, worker: str, seconds: float, start_at: float) -> None:
     engine = create_engine({"url": url, "pool_size": 2})
     rounds = lost = 0
     errors: list[str] = []
+    time.sleep(max(0.0, start_at - time.time()))  # imports and engine done: both workers start together
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
@@ -46,4 +47,4 @@ def main(url: str, worker: str, seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], float(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
