@@ -1,30 +1,29 @@
-"""Task definitions, executions, attempts and logs: plain frozen values.
-
-Validation lives here so that every entry point (library, CLI, dashboard) refuses the same
-bad input with the same error naming the same field, before anything is written.
-"""
+"""Task definitions, executions, attempts and logs: plain frozen values, and ``validate_task``
+(every entry point validates a definition through it, with the checks of ``validation``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any
 
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError
 from scheduler_core.secrets import mask_values, masked_handler
+from scheduler_core.statuses import TERMINAL_STATUSES, ExecutionStatus, LogPersistenceStatus, Trigger
+from scheduler_core.validation import (
+    check_bool,
+    check_id,
+    check_int,
+    check_json,
+    check_json_object,
+    check_optional_text,
+    check_text,
+)
 
-ID_MAX = 128
 MAX_ATTEMPTS_RANGE = (1, 100)
-MAX_SAFE_INTEGER = 2**53 - 1
-
-Trigger = Literal["cron", "manual"]
-# running: claimed and owned under a lease; the rest are terminal except unknown, which is
-# terminal for the journal but keeps the task's slot until an operator resolves it.
-ExecutionStatus = Literal["running", "success", "failed", "interrupted", "unknown", "discarded", "skipped"]
-TERMINAL_STATUSES = ("success", "failed", "interrupted", "unknown", "discarded", "skipped")
-LogPersistenceStatus = Literal["persisted", "pending", "unconfirmed"]
+NAME_MAX = 255
+DESCRIPTION_MAX = 10_000
 
 
 @dataclass(frozen=True)
@@ -35,16 +34,14 @@ class RetryPolicy:
     backoff_ms: tuple[int, ...] = ()  # wait before attempt n+1 is backoff_ms[min(n-1, len-1)]
 
     def __post_init__(self) -> None:
-        low, high = MAX_ATTEMPTS_RANGE
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
-                or not low <= self.max_attempts <= high:
-            raise ConfigError("retry.max_attempts", f"must be an integer between {low} and {high} "
-                                                    f"(got {self.max_attempts!r})")
-        if isinstance(self.backoff_ms, str) or not isinstance(self.backoff_ms, tuple | list):
-            raise ConfigError("retry.backoff_ms", f"must be a list of milliseconds (got {self.backoff_ms!r})")
+        check_int(self.max_attempts, "retry.max_attempts", *MAX_ATTEMPTS_RANGE)
+        if not isinstance(self.backoff_ms, tuple | list):
+            raise ConfigError("retry.backoff_ms",
+                              f"must be a list of milliseconds (got {type(self.backoff_ms).__name__})")
+        if len(self.backoff_ms) > MAX_ATTEMPTS_RANGE[1]:
+            raise ConfigError("retry.backoff_ms", f"must hold at most {MAX_ATTEMPTS_RANGE[1]} delays")
         for index, value in enumerate(self.backoff_ms):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 86_400_000:
-                raise ConfigError(f"retry.backoff_ms[{index}]", f"must be 0..86400000 ms (got {value!r})")
+            check_int(value, f"retry.backoff_ms[{index}]", 0, 86_400_000)
         object.__setattr__(self, "backoff_ms", tuple(self.backoff_ms))
 
     def delay_before(self, next_attempt: int) -> int:
@@ -95,10 +92,6 @@ class TaskDefinition:
     def handler_kind(self) -> str:
         return str(self.handler.get("kind", "hook")) if self.handler else "hook"
 
-    def schedule_key(self) -> tuple[str, str, bool]:
-        """What decides whether a minute is due; a change of it 'reschedules' the task."""
-        return (self.cron, self.timezone, self.enabled)
-
     def masked(self) -> dict[str, Any]:
         """The definition as a dict fit for display: secrets in handler and params masked."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -117,106 +110,29 @@ class TaskDefinition:
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name not in stored)
 
 
-def _refuse_nul(value: str, field_name: str) -> None:
-    """NUL cannot be stored in PostgreSQL text or JSON: refused here, never a database error."""
-    if "\x00" in value:
-        raise ConfigError(field_name, "must not contain NUL characters")
-
-
-def validate_id(value: Any, field_name: str = "id") -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(field_name, "must be a non-empty string")
-    _refuse_nul(value, field_name)
-    if len(value) > ID_MAX:
-        raise ConfigError(field_name, f"must be at most {ID_MAX} characters (got {len(value)})")
-    return value
-
-
-def validate_optional_text(value: Any, field_name: str, limit: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(field_name, "must be a non-empty string or None")
-    if len(value) > limit:
-        raise ConfigError(field_name, f"must be at most {limit} characters (got {len(value)})")
-    _refuse_nul(value, field_name)
-    return value
-
-
-def _check_json(value: Any, field_name: str) -> None:
-    """Refuse what the JSON columns cannot store faithfully (NaN, sets, objects, ...)."""
-    if isinstance(value, str):
-        _refuse_nul(value, field_name)
-        return
-    if value is None or isinstance(value, bool):
-        return
-    if isinstance(value, int):
-        if abs(value) > MAX_SAFE_INTEGER:
-            raise ConfigError(field_name, "integers beyond 2**53-1 do not survive JSON")
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ConfigError(field_name, "NaN and infinity are not JSON")
-        return
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_json(item, f"{field_name}[{index}]")
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ConfigError(field_name, f"object keys must be strings (got {key!r})")
-            _refuse_nul(key, field_name)
-            _check_json(item, f"{field_name}.{key}")
-        return
-    raise ConfigError(field_name, f"{type(value).__name__} is not JSON")
-
-
-def _check_bool(value: Any, field_name: str) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(field_name, f"must be true or false (got {value!r})")
-
-
 def validate_task(task: TaskDefinition, handler_validator: Any = None) -> TaskDefinition:
     """Return the task normalised, or raise ConfigError / InvalidCronError naming the field."""
-    validate_id(task.id)
-    if not isinstance(task.name, str) or not task.name.strip() or len(task.name) > 255:
-        raise ConfigError("name", "must be a non-empty string of at most 255 characters")
-    _refuse_nul(task.name, "name")
-    description = validate_optional_text(task.description, "description", 10_000)
+    check_id(task.id, "id")
+    check_text(task.name, "name", NAME_MAX, single_line=True)
+    description = check_optional_text(task.description, "description", DESCRIPTION_MAX)
     cron = validate_cron(task.cron)
     timezone = validate_timezone(task.timezone)
     for name in ("enabled", "delete_after_run", "idempotent"):
-        _check_bool(getattr(task, name), name)
+        check_bool(getattr(task, name), name)
     retry = RetryPolicy.parse(task.retry)
-    if task.params is not None and not isinstance(task.params, Mapping):
-        raise ConfigError("params", "must be a JSON object (mapping) or None")
-    _check_json(task.params, "params")
+    params = check_json_object(task.params, "params")
     handler = task.handler
     if handler is not None:
         if not isinstance(handler, Mapping):
             raise ConfigError("handler", "must be a mapping with a 'kind', or None")
-        _check_json(handler, "handler")
+        check_json(handler, "handler")
         handler = handler_validator(handler) if handler_validator else dict(handler)
-    return replace(task, description=description, cron=cron, timezone=timezone, retry=retry,
-                   params=dict(task.params) if task.params is not None else None, handler=handler)
+    return replace(task, description=description, cron=cron, timezone=timezone, retry=retry, params=params,
+                   handler=handler)
 
 
-UNSET: Any = object()  # "omitted" in update_task: leaves a field unchanged
 UPDATABLE_FIELDS = ("name", "cron", "description", "timezone", "enabled", "delete_after_run", "idempotent",
                     "retry", "handler", "params")
-
-
-def task_from_mapping(values: Mapping[str, Any]) -> TaskDefinition:
-    """Build a TaskDefinition from a plain mapping (e.g. parsed JSON); unknown keys are errors."""
-    allowed = {f.name for f in fields(TaskDefinition)}
-    for key in values:
-        if key not in allowed:
-            raise ConfigError(str(key), "is not a task field")
-    for required in ("id", "name", "cron"):
-        if required not in values:
-            raise ConfigError(required, "is required")
-    return TaskDefinition(**dict(values))
 
 
 @dataclass(frozen=True)
@@ -299,4 +215,37 @@ class ExecutionLog:
     duration_ms: int | None
     error: str | None
     result: Any
-    persistence: LogPersistence = field(default=LogPersistence("persisted"))
+    persistence: LogPersistence = field(default=LogPersistence(LogPersistenceStatus.PERSISTED))
+
+    @classmethod
+    def of(cls, execution: Execution, attempt: Attempt | None, persistence: LogPersistence,
+           status: str | None = None) -> ExecutionLog:
+        """The caller-facing record of an execution's last attempt (or of the occurrence itself)."""
+        if attempt is None:
+            return cls(id=execution.occurrence_id, occurrence_id=execution.occurrence_id,
+                       task_id=execution.task_id, trigger=execution.trigger, source=execution.source,
+                       status=status or execution.status, sequence=execution.sequence, attempt=0,
+                       node_id=execution.owner_node, started_at=None, finished_at=None, duration_ms=None,
+                       error=execution.reason, result=None, persistence=persistence)
+        finished = attempt.finished_at
+        return cls(id=attempt.log_id, occurrence_id=execution.occurrence_id, task_id=execution.task_id,
+                   trigger=execution.trigger, source=execution.source,
+                   status=status or attempt.status or ExecutionStatus.UNKNOWN, sequence=attempt.sequence,
+                   attempt=attempt.attempt, node_id=attempt.node_id, started_at=attempt.started_at,
+                   finished_at=finished,
+                   duration_ms=None if finished is None else max(0, finished - attempt.started_at),
+                   error=attempt.error, result=attempt.result, persistence=persistence)
+
+    @classmethod
+    def of_journal(cls, execution: Execution) -> ExecutionLog:
+        """The record of a journaled execution as any node reads it back (its last attempt)."""
+        pending = execution.log_persistence == LogPersistenceStatus.PENDING
+        persistence = LogPersistence(LogPersistenceStatus.PENDING if pending else LogPersistenceStatus.PERSISTED)
+        attempt = execution.attempts[-1] if execution.attempts else None
+        status = execution.status if execution.status in _OCCURRENCE_LEVEL else None
+        return cls.of(execution, attempt, persistence, status)
+
+
+# Statuses that describe the occurrence rather than its last attempt's own outcome.
+_OCCURRENCE_LEVEL = (ExecutionStatus.UNKNOWN, ExecutionStatus.DISCARDED, ExecutionStatus.SKIPPED,
+                     ExecutionStatus.INTERRUPTED)

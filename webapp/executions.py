@@ -11,7 +11,7 @@ from flask import Blueprint, current_app, flash, g, redirect, render_template, r
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ConflictError
-from scheduler_core.runtime.operations import EXECUTION_STATUSES
+from scheduler_core.statuses import ExecutionStatus
 from webapp.auth import require_role
 from webapp.logs import wants_fragment
 from webapp.node import scheduler_of
@@ -25,8 +25,8 @@ def _filters() -> tuple[str | None, str | None, dict[str, str]]:
     status = request.args.get("status") or None
     task_id = (request.args.get("task") or "").strip() or None
     errors = {}
-    if status is not None and status not in EXECUTION_STATUSES:
-        errors["status"] = f"Choose one of {', '.join(EXECUTION_STATUSES)}."
+    if status is not None and status not in tuple(ExecutionStatus):
+        errors["status"] = f"Choose one of {', '.join(tuple(ExecutionStatus))}."
     if task_id is not None and len(task_id) > 128:
         errors["task"] = "At most 128 characters."
     return status, task_id, errors
@@ -46,7 +46,7 @@ def index() -> ResponseReturnValue:
             errors[exc.field] = exc.message
     fragment = wants_fragment()
     link_args = {name: value for name, value in (("status", status), ("task", task_id)) if value}
-    context = {"page": page, "status": status, "task": task_id, "statuses": EXECUTION_STATUSES, "errors": errors,
+    context = {"page": page, "status": status, "task": task_id, "statuses": tuple(ExecutionStatus), "errors": errors,
                "link_args": link_args, "fragment": fragment,
                "general_errors": [m for f, m in errors.items() if f not in FILTER_FIELDS]}
     code = 400 if errors and not fragment else 200  # htmx swaps no 4xx: a fragment shows its errors itself

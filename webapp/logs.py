@@ -24,8 +24,8 @@ from flask import Blueprint, abort, current_app, flash, g, redirect, render_temp
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ExecutionNotFoundError, LogPersistFailedError
-from scheduler_core.runtime.operations import LOG_STATUSES
 from scheduler_core.secrets import MASK, is_secret_name, mask_url, mask_values
+from scheduler_core.statuses import AttemptStatus
 from webapp.auth import require_role
 from webapp.node import scheduler_of
 
@@ -96,8 +96,8 @@ def read_filters(args: Any) -> LogQuery:
     query.task_id = _text_filter(query, "task")
     query.source = _text_filter(query, "source")
     status = query.raw["status"] or None
-    if status is not None and status not in LOG_STATUSES:
-        query.errors["status"] = f"Choose one of {', '.join(LOG_STATUSES)}."
+    if status is not None and status not in tuple(AttemptStatus):
+        query.errors["status"] = f"Choose one of {', '.join(tuple(AttemptStatus))}."
     else:
         query.status = status
     zone = _zone(query.raw["tz"] or "UTC")
@@ -169,7 +169,7 @@ def index() -> ResponseReturnValue:
     # An HTMX swap shows its errors in the fragment (htmx swaps no 4xx answer), a page answers 400.
     code = 400 if query.errors and not fragment else 200
     return render_template("logs_rows.html" if fragment else "logs.html", page=page, query=query,
-                           link_args=_link_args(query), statuses=LOG_STATUSES, mask_text=mask_text,
+                           link_args=_link_args(query), statuses=tuple(AttemptStatus), mask_text=mask_text,
                            fragment=fragment, general_errors=general), code
 
 

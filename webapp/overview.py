@@ -13,7 +13,8 @@ from typing import Any
 from flask import Blueprint, current_app, render_template, url_for
 from flask.typing import ResponseReturnValue
 
-from scheduler_core.runtime.operations import COUNT_CAP, EXECUTION_STATUSES, HourBucket
+from scheduler_core.runtime.execution_operations import COUNT_CAP, HourBucket
+from scheduler_core.statuses import ExecutionStatus
 from webapp.logs import wants_fragment
 from webapp.node import reach_of, scheduler_of
 
@@ -60,7 +61,7 @@ def _counters() -> dict[str, Any]:
     overview = scheduler.execution.overview()
     queue = reach_of(current_app).queue.counts(cap=COUNT_CAP)
     return {
-        "overview": overview, "statuses": EXECUTION_STATUSES, "dead": queue.get("dead", 0),
+        "overview": overview, "statuses": tuple(ExecutionStatus), "dead": queue.get("dead", 0),
         "unknown_deliveries": queue.get("unknown", 0), "count_cap": COUNT_CAP,
         "card_links": {"tasks": url_for("tasks.index"),
                   "unknown": url_for("executions.unknown"),

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import ConfigError
-from scheduler_core.runtime.operations import check_page
 from scheduler_core.store.users import ROLES, AuditEntry, AuditRepository, LastAdminError, User, UserRepository
+from scheduler_core.validation import check_page
 
 __all__ = ["MIN_PASSWORD", "ROLES", "Accounts", "AuditEntry", "AuditTrail", "LastAdminError", "User",
            "check_new_password", "check_role", "check_username"]

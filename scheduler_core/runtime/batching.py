@@ -34,6 +34,7 @@ from typing import Generic, TypeVar
 from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core.model import LogPersistence
+from scheduler_core.statuses import LogPersistenceStatus
 from scheduler_core.store import ExecutionRepository, LogRepository
 from scheduler_core.store.executions import BeginRequest, FinishRequest
 
@@ -227,22 +228,22 @@ class OwnerWrites:
         outcomes = []
         for r in requests:
             if r.occurrence_id not in result.committed:
-                outcomes.append(FinishOutcome(False, LogPersistence("unconfirmed")))
+                outcomes.append(FinishOutcome(False, LogPersistence(LogPersistenceStatus.UNCONFIRMED)))
             elif not r.attempts or r.occurrence_id in result.persisted:
-                outcomes.append(FinishOutcome(True, LogPersistence("persisted")))
+                outcomes.append(FinishOutcome(True, LogPersistence(LogPersistenceStatus.PERSISTED)))
             else:  # the shared projection failed: this row's on its own, as a repair would
                 outcomes.append(FinishOutcome(True, self._project_alone(r, result.projection_error)))
         return outcomes
 
     def _project_alone(self, r: FinishRequest, batch_error: str | None) -> LogPersistence:
         done = replace(r.execution, status=r.status, reason=r.reason, attempts=tuple(r.attempts),  # type: ignore[arg-type]
-                       log_persistence="pending")
+                       log_persistence=LogPersistenceStatus.PENDING)
         try:
             self._logs.project(done)
         except Exception as exc:  # never turns the outcome into a failure: pending, repairable
             logger.warning("log projection of %s failed (pending, repairable): %s", r.occurrence_id, exc)
-            return LogPersistence("pending", str(exc))
+            return LogPersistence(LogPersistenceStatus.PENDING, str(exc))
         if batch_error:
             logger.info("log projection of %s succeeded alone after its batch failed: %s", r.occurrence_id,
                         batch_error)
-        return LogPersistence("persisted")
+        return LogPersistence(LogPersistenceStatus.PERSISTED)

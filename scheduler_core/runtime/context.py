@@ -51,6 +51,13 @@ class RuntimeContext:
         with self._lock:
             return list(self._runners.values())
 
+    def task_deleted(self, task_id: str) -> None:
+        """A task's definition is gone: drop it from the snapshot, cancel its running executions."""
+        self.forget_task(task_id)
+        for runner in self.runners():
+            if runner.owned.execution.task_id == task_id:
+                runner.signal.cancel("deleted")
+
     def cancel_all(self, reason: str) -> None:
         for runner in self.runners():
             runner.signal.cancel(reason)

@@ -37,8 +37,9 @@ from sqlalchemy.engine import Connection
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.model import Attempt, Execution, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
-from scheduler_core.runtime.planner import DueOccurrence, Planner
+from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem
 from scheduler_core.runtime.runner import Ownership, Runner
+from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
 from scheduler_core.store.dialect import AutocommitLine, read
 
@@ -257,7 +258,7 @@ class Node:
             return
         reason = "attempts_exhausted" if task is not None and task.idempotent else "lease_expired"
         if self.ctx.executions.settle_expired(execution, "unknown", reason, attempts, False):
-            settled = replace(execution, status="unknown", attempts=tuple(attempts))
+            settled = replace(execution, status=ExecutionStatus.UNKNOWN, attempts=tuple(attempts))
             try:
                 self.ctx.logs.project(settled)
             except Exception:
@@ -266,8 +267,6 @@ class Node:
     # --- definitions changed under running executions ------------------------------------
 
     def _cancel_stale_runners(self, definitions: dict[str, TaskDefinition]) -> None:
-        from scheduler_core.runtime.runner import definition_problem
-
         for runner in self.ctx.runners():
             problem = definition_problem(runner.owned.execution, definitions.get(runner.owned.execution.task_id))
             if problem:
@@ -288,7 +287,8 @@ def claimed_execution(r: ClaimRequest, node_id: str) -> Execution:
     """The in-memory view of a row we just claimed."""
     return Execution(
         occurrence_id=r.occurrence_id, task_id=r.task_id, task_revision=r.task_revision, trigger=r.trigger,  # type: ignore[arg-type]
-        source=r.source, idempotency_key=r.idempotency_key, scheduled_minute=r.scheduled_minute, status="running",
+        source=r.source, idempotency_key=r.idempotency_key, scheduled_minute=r.scheduled_minute,
+        status=ExecutionStatus.RUNNING,
         reason=None, sequence=1, attempt=0, max_attempts=r.max_attempts, execution_token=r.token,
         owner_node=node_id, lease_until=None, attempts=(), log_persistence=None, resolved_by=None,
         resolution_reason=None, created_at=0, updated_at=0)

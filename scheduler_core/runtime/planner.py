@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler_core.cron import fires_at, next_fire_ms
-from scheduler_core.model import TaskDefinition
+from scheduler_core.model import Execution, TaskDefinition
+from scheduler_core.statuses import Trigger
 
 MINUTE_MS = 60_000
 
@@ -96,3 +97,20 @@ def _memoized_next_fire() -> Callable[[TaskDefinition, int], int]:
         return found
 
     return next_fire
+
+
+def definition_problem(execution: Execution, task: TaskDefinition | Exception | None) -> str | None:
+    """Why the stored definition no longer allows this execution to run, if it does not."""
+    if isinstance(task, Exception):
+        return "unreadable"
+    if task is None:
+        return "deleted"
+    if execution.trigger == Trigger.CRON:
+        if not task.enabled:
+            return "disabled"
+        # The revision it was claimed at made it due (the planner checked); any change of
+        # cron or timezone bumps the revision, so only a changed definition is asked again.
+        if (execution.scheduled_minute is not None and task.revision != execution.task_revision
+                and not fires_at(task.cron, task.timezone, execution.scheduled_minute)):
+            return "rescheduled"
+    return None

@@ -29,6 +29,8 @@ from scheduler_core.executors.base import CancelSignal, ExecutionContext, Execut
 from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistence, TaskDefinition
 from scheduler_core.runtime.batching import FinishOutcome
 from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.planner import definition_problem
+from scheduler_core.statuses import LogPersistenceStatus
 from scheduler_core.store.executions import BeginRequest, FinishRequest
 
 logger = logging.getLogger("scheduler_core.runner")
@@ -52,29 +54,6 @@ class Ownership:
     task: TaskDefinition | None  # the definition read after the claim (None: deleted)
     attempts: list[Attempt]
     reread: bool = False  # read the definition when the runner starts (after the claim)
-
-
-def definition_problem(execution: Execution, task: TaskDefinition | Exception | None) -> str | None:
-    """Why the stored definition no longer allows this execution to run, if it does not."""
-    if isinstance(task, Exception):
-        return "unreadable"
-    if task is None:
-        return "deleted"
-    if execution.trigger == "cron":
-        if not task.enabled:
-            return "disabled"
-        # The revision it was claimed at made it due (the planner checked); any change of
-        # cron or timezone bumps the revision, so only a changed definition is asked again.
-        if (execution.scheduled_minute is not None and task.revision != execution.task_revision
-                and not _still_due(task, execution.scheduled_minute)):
-            return "rescheduled"
-    return None
-
-
-def _still_due(task: TaskDefinition, minute_ms: int) -> bool:
-    from scheduler_core.cron import fires_at
-
-    return fires_at(task.cron, task.timezone, minute_ms)
 
 
 class Runner:
@@ -290,25 +269,6 @@ class Runner:
 
     def _log(self, persistence: str, note: str | None = None, status: str | None = None) -> ExecutionLog:
         attempt = self.owned.attempts[-1] if self.owned.attempts else None
-        return make_log(self.owned.execution, attempt, LogPersistence(persistence, note),  # type: ignore[arg-type]
-                        status)
-
-
-def make_log(execution: Execution, attempt: Attempt | None, persistence: LogPersistence,
-             status: str | None = None) -> ExecutionLog:
-    """The caller-facing record of an execution's last attempt (or of the occurrence itself)."""
-    if attempt is None:
-        return ExecutionLog(id=execution.occurrence_id, occurrence_id=execution.occurrence_id,
-                            task_id=execution.task_id, trigger=execution.trigger, source=execution.source,
-                            status=status or execution.status, sequence=execution.sequence, attempt=0,
-                            node_id=execution.owner_node, started_at=None, finished_at=None, duration_ms=None,
-                            error=execution.reason, result=None, persistence=persistence)
-    finished = attempt.finished_at
-    return ExecutionLog(id=attempt.log_id, occurrence_id=execution.occurrence_id, task_id=execution.task_id,
-                        trigger=execution.trigger, source=execution.source,
-                        status=status or attempt.status or "unknown", sequence=attempt.sequence,
-                        attempt=attempt.attempt, node_id=attempt.node_id, started_at=attempt.started_at,
-                        finished_at=finished,
-                        duration_ms=None if finished is None else max(0, finished - attempt.started_at),
-                        error=attempt.error, result=attempt.result, persistence=persistence)
+        return ExecutionLog.of(self.owned.execution, attempt,
+                               LogPersistence(LogPersistenceStatus(persistence), note), status)
 

@@ -25,24 +25,25 @@ from scheduler_core.errors import (
     TaskNotFoundError,
 )
 from scheduler_core.executors import Executor, ExecutorRegistry
-from scheduler_core.model import UPDATABLE_FIELDS, ExecutionLog, TaskDefinition, validate_optional_text, validate_task
+from scheduler_core.model import UPDATABLE_FIELDS, ExecutionLog, TaskDefinition, validate_task
 from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.execution_operations import ExecutionOperations, check_log_filter
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.node import Node, claimed_execution
-from scheduler_core.runtime.operations import ExecutionOperations, check_page, log_of_execution
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.task_operations import TaskOperations
+from scheduler_core.statuses import Trigger
 from scheduler_core.store import (
     ClaimRequest,
     ExecutionRepository,
-    LogFilter,
     LogRepository,
     NodeInfo,
     NodeRepository,
     TaskRepository,
 )
 from scheduler_core.store.dialect import write
+from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
 TRIGGER_POLL_S = 0.2
 RESERVED_CONNECTIONS = 4  # the tick's held line and its pooled work, lease keeper, one trigger()/operator caller
@@ -68,10 +69,10 @@ class Scheduler:
         self._refresh_lock = threading.Lock()
         self._closing = threading.Event()
         self._tick_listeners: list[Callable[[int], None]] = []
-        self.execution = ExecutionOperations(self)
+        self.execution = ExecutionOperations(self.context, engine, self._config)
         self.users = Accounts(engine)
         self.audit = AuditTrail(engine)
-        self.task_ops = TaskOperations(self)
+        self.task_ops = TaskOperations(self.context)
 
     # --- properties -----------------------------------------------------------------
 
@@ -246,19 +247,20 @@ class Scheduler:
 
     def unregister(self, task_id: str) -> None:
         ctx = self.context()
+        check_id(task_id, "task_id")
         if not ctx.tasks.delete(task_id):
             raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
-        self._forget(task_id)
-        for runner in ctx.runners():
-            if runner.owned.execution.task_id == task_id:
-                runner.signal.cancel("deleted")
+        ctx.task_deleted(task_id)
 
     def update_task(self, task_id: str, *, expected_updated_at: int | None = None, **changes: Any) -> TaskDefinition:
         """Change some fields (omitted = unchanged; ``retry=None`` / ``handler=None`` clear them)."""
         ctx = self.context()
+        check_id(task_id, "task_id")
         for name in changes:
             if name not in UPDATABLE_FIELDS:
                 raise ConfigError(name, "is not an updatable task field")
+        if expected_updated_at is not None:
+            check_ms(expected_updated_at, "expected_updated_at")
         current = ctx.tasks.get(task_id)
         if current is None:
             raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
@@ -331,14 +333,15 @@ class Scheduler:
     def _claim_manual(self, task_id: str, source: str | None, idempotency_key: str | None) -> tuple[str, Runner | None]:
         """Journal a manual occurrence; the registered runner when this node won its slot."""
         ctx = self.context()
-        source = validate_optional_text(source, "source", 128)
-        key = validate_optional_text(idempotency_key, "idempotency_key", 128)
-        task = ctx.tasks.get(task_id) if isinstance(task_id, str) else None
+        check_id(task_id, "task_id")
+        source = check_optional_id(source, "source")
+        key = check_optional_id(idempotency_key, "idempotency_key")
+        task = ctx.tasks.get(task_id)
         if task is None:
             raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
         occurrence_id = manual_occurrence_id(task_id, key) if key else new_occurrence_id()
         request = ClaimRequest(occurrence_id=occurrence_id, task_id=task_id, task_revision=task.revision,
-                               trigger="manual", max_attempts=task.max_attempts, token=str(uuid.uuid4()),
+                               trigger=Trigger.MANUAL, max_attempts=task.max_attempts, token=str(uuid.uuid4()),
                                source=source, idempotency_key=key)
         ctx.clock.observe(ctx.tasks.tick_snapshot().now_ms)  # before the claim: nothing may fail after it
         (result,) = ctx.executions.claim([request])
@@ -354,7 +357,7 @@ class Scheduler:
         while True:
             execution = self.execution.get(occurrence_id)
             if execution.is_terminal or self._closing.wait(TRIGGER_POLL_S):
-                return log_of_execution(execution)
+                return ExecutionLog.of_journal(execution)
 
     def nodes(self) -> list[NodeInfo]:
         """Every node that ever reported, most recent heartbeat first (for dashboards)."""
@@ -377,8 +380,5 @@ class Scheduler:
                  offset: int = 0) -> list[ExecutionLog]:
         ctx = self.context()
         check_page(limit, offset)
-        for name, value in (("started_after", started_after), ("started_before", started_before)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ConfigError(name, f"must be unix milliseconds (got {value!r})")
-        return ctx.logs.query(LogFilter(task_id, status, trigger_source, started_after, started_before),
-                              limit, offset)
+        where = check_log_filter(task_id, status, trigger_source, started_after, started_before)
+        return ctx.logs.query(where, limit, offset)

@@ -10,26 +10,25 @@ or written.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from scheduler_core.cron import describe, next_fire_ms, upcoming, validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError, ConflictError, TaskNotFoundError
-from scheduler_core.model import ID_MAX, Execution, TaskDefinition
-from scheduler_core.runtime.operations import EXECUTION_STATUSES
+from scheduler_core.model import Execution, TaskDefinition
+from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.execution_operations import check_cursor
 from scheduler_core.secrets import MASK, is_secret_name, mask_values
+from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.task_queries import NEVER_RUN, StoredTask, TaskFilter, TaskQueries
-
-if TYPE_CHECKING:
-    from scheduler_core.runtime.scheduler import Scheduler
+from scheduler_core.validation import PAGE_LIMIT, check_id, check_int, check_ms, check_optional_id, check_text
 
 SEARCH_FIELDS = ("status", "kind", "enabled", "tz")
 _FIELD_ALIASES = {"timezone": "tz"}
-SEARCH_STATUSES = (*EXECUTION_STATUSES, NEVER_RUN)
+SEARCH_STATUSES = (*ExecutionStatus, NEVER_RUN)
 MAX_QUERY = 500
-MAX_PAGE = 100
 PREVIEW_RUNS = 5
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 # A term is field:value (the value may be quoted), a quoted phrase, or a bare word.
@@ -78,11 +77,7 @@ def parse_search(query: str | None) -> TaskFilter:
     a field given twice. Free words (and quoted phrases) must all occur in id, name or
     description.
     """
-    text = (query or "").strip()
-    if "\x00" in text:
-        raise ConfigError("q", "must not contain NUL characters")
-    if len(text) > MAX_QUERY:
-        raise ConfigError("q", f"the search is longer than {MAX_QUERY} characters")
+    text = check_text(query or "", "q", MAX_QUERY, blank=True).strip()
     if text.count('"') % 2:
         raise ConfigError("q", "a quote (\") is not closed")
     terms: dict[str, str] = {}
@@ -132,40 +127,18 @@ def _reason(exc: ConfigError) -> str:
     return exc.message.removeprefix(f"{exc.field}: ")
 
 
-def _check_limit(limit: Any) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise ConfigError("limit", f"must be an integer between 1 and {MAX_PAGE} (got {limit!r})")
-    return limit
-
-
-def _check_task_id(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > ID_MAX or "\x00" in value:
-        raise ConfigError(field, f"must be a task id of 1..{ID_MAX} characters without NUL")
-    return value
-
-
-def parse_occurrence_cursor(cursor: str | None) -> tuple[int, str] | None:
-    """``"<created_at>.<occurrence_id>"`` -> (created_at, occurrence_id); None for no cursor."""
-    if not cursor:
-        return None
-    created, _, occurrence = cursor.partition(".")
-    if not created.isdigit() or not occurrence or len(occurrence) > 64 or len(created) > 16 or "\x00" in occurrence:
-        raise ConfigError("before", "is not a page cursor of this list; start from the newest page")
-    return int(created), occurrence
-
-
 class TaskOperations:
     """Reads for the task pages and the few writes that need more than ``Scheduler``'s API."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._scheduler = scheduler
+    def __init__(self, context: Callable[[], RuntimeContext]) -> None:
+        self._context = context  # the node's context; raises NOT_INITIALIZED before init()
 
     def _queries(self) -> TaskQueries:
-        return TaskQueries(self._scheduler.context().tasks.engine)
+        return TaskQueries(self._context().tasks.engine)
 
     def now_ms(self) -> int:
         """The database clock (one cheap statement)."""
-        return self._scheduler.context().tasks.tick_snapshot().now_ms
+        return self._context().tasks.tick_snapshot().now_ms
 
     # --- reads ------------------------------------------------------------------------
 
@@ -177,13 +150,11 @@ class TaskOperations:
         journal row of exactly those tasks.
         """
         search = parse_search(query)
-        if search.kind is not None and self._scheduler.context().executors.get(search.kind) is None:
+        if search.kind is not None and self._context().executors.get(search.kind) is None:
             raise ConfigError("q", f"kind: no handler kind {search.kind!r} (e.g. kind:api, kind:hook)")
-        limit = _check_limit(limit)
-        if after is not None:
-            _check_task_id(after, "after")
-        if before is not None:
-            _check_task_id(before, "before")
+        check_int(limit, "limit", 1, PAGE_LIMIT)
+        check_optional_id(after, "after")
+        check_optional_id(before, "before")
         queries = self._queries()
         now = self.now_ms()
         found = queries.search(search, limit + 1, after=None if before else after, before=before)
@@ -204,22 +175,22 @@ class TaskOperations:
 
     def get(self, task_id: str) -> TaskDefinition:
         """The stored definition (not the snapshot: an edit form must carry the current version)."""
-        _check_task_id(task_id, "task_id")
-        task = self._scheduler.context().tasks.get(task_id)
+        check_id(task_id, "task_id")
+        task = self._context().tasks.get(task_id)
         if task is None:
             raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
         return task
 
     def occurrences(self, task_id: str, limit: int = 50, before: str | None = None) -> OccurrencePage:
         """A task's journal rows, newest first, one keyset page after the cursor ``before``."""
-        _check_task_id(task_id, "task_id")
-        limit = _check_limit(limit)
-        cursor = parse_occurrence_cursor(before)
-        found = self._queries().occurrences(task_id, limit + 1, cursor)
+        check_id(task_id, "task_id")
+        check_int(limit, "limit", 1, PAGE_LIMIT)
+        cursor = check_cursor(before, "before")
+        found = self._queries().occurrences(task_id, limit + 1, (cursor.key, cursor.id) if cursor else None)
         rows = found[:limit]
         last = rows[-1] if rows else None
         next_before = f"{last.created_at}.{last.occurrence_id}" if last is not None and len(found) > limit else None
-        return OccurrencePage(rows, next_before, any(row.status == "running" for row in rows))
+        return OccurrencePage(rows, next_before, any(row.status == ExecutionStatus.RUNNING for row in rows))
 
     def next_runs(self, task: TaskDefinition, count: int = PREVIEW_RUNS) -> list[int]:
         """The task's next fire minutes from the DB clock ([] when disabled)."""
@@ -245,19 +216,15 @@ class TaskOperations:
         executions of the task are cancelled as ``deleted``. Returns the deleted definition;
         ConflictError when it changed (nothing deleted).
         """
-        if isinstance(expected_updated_at, bool) or not isinstance(expected_updated_at, int):
-            raise ConfigError("expected_updated_at", "must be the task's updated_at; reload the page")
-        ctx = self._scheduler.context()
+        check_ms(expected_updated_at, "expected_updated_at")
+        ctx = self._context()
         current = self.get(task_id)
         if current.updated_at != expected_updated_at:
             raise ConflictError(f"task {task_id!r} changed since it was read (updated_at {current.updated_at})",
                                 task_id=task_id)
         if not ctx.tasks.delete(task_id, revision=current.revision):
             raise ConflictError(f"task {task_id!r} changed concurrently; read it again", task_id=task_id)
-        ctx.forget_task(task_id)
-        for runner in ctx.runners():
-            if runner.owned.execution.task_id == task_id:
-                runner.signal.cancel("deleted")
+        ctx.task_deleted(task_id)
         return current
 
 

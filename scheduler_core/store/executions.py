@@ -34,6 +34,7 @@ from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions, slots
 from scheduler_core.model import Attempt, Execution
+from scheduler_core.statuses import ExecutionStatus, Trigger
 from scheduler_core.store.dialect import (
     Batch,
     StatementCache,
@@ -114,9 +115,10 @@ def execution_from_row(row: Row[Any]) -> Execution:
         attempts_raw = json.loads(attempts_raw)
     return Execution(
         occurrence_id=data["occurrence_id"], task_id=data["task_id"],
-        task_revision=to_ms(data["task_revision"], "task_revision"), trigger=data["trigger"],
+        task_revision=to_ms(data["task_revision"], "task_revision"), trigger=Trigger(data["trigger"]),
         source=data["source"], idempotency_key=data["idempotency_key"],
-        scheduled_minute=optional_ms(data["scheduled_minute"], "scheduled_minute"), status=data["status"],
+        scheduled_minute=optional_ms(data["scheduled_minute"], "scheduled_minute"),
+        status=ExecutionStatus(data["status"]),
         reason=data["reason"], sequence=int(data["sequence"]), attempt=int(data["attempt"]),
         max_attempts=int(data["max_attempts"]), execution_token=data["execution_token"],
         owner_node=data["owner_node"], lease_until=optional_ms(data["lease_until"], "lease_until"),

@@ -8,11 +8,17 @@ runs business code. Every argument is checked here, and a bad one raises ConfigE
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sqlalchemy.engine import Engine
+
+from scheduler_core.config import SchedulerConfig
 from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError, LogPersistFailedError
-from scheduler_core.model import Execution, ExecutionLog, LogPersistence
+from scheduler_core.model import Execution, ExecutionLog
+from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.statuses import AttemptStatus, ExecutionStatus, LogPersistenceStatus, Resolution
 from scheduler_core.store.journal_queries import (
     BoundedCount,
     Cursor,
@@ -21,87 +27,57 @@ from scheduler_core.store.journal_queries import (
     KeysetPage,
 )
 from scheduler_core.store.logs import LogFilter
+from scheduler_core.validation import (
+    ID_MAX,
+    PAGE_LIMIT,
+    check_choice,
+    check_id,
+    check_int,
+    check_ms,
+    check_optional_choice,
+    check_optional_id,
+    check_optional_ms,
+    check_optional_text,
+    check_page,
+)
 
-if TYPE_CHECKING:
-    from scheduler_core.runtime.scheduler import Scheduler
-
-RESOLUTIONS = ("success", "discarded")
-EXECUTION_STATUSES = ("running", "success", "failed", "interrupted", "unknown", "discarded", "skipped")
-LOG_STATUSES = ("success", "failed", "interrupted", "unknown")  # what an attempt's log row can say
+REASON_MAX = 2_000  # an operator's reason for a resolution
 COUNT_CAP = 10_000  # bounded counts stop here: the page shows "10,000+"
 REPAIR_ROUND = 100  # log failures repaired per round of repair_all
-MAX_ID = 128
-MAX_MS = 2**53 - 1
 logger = logging.getLogger("scheduler_core.operations")
 
 
-def check_page(limit: Any, offset: Any) -> None:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
-        raise ConfigError("limit", f"must be an integer between 1 and 100 (got {limit!r})")
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= 1_000_000:
-        raise ConfigError("offset", f"must be an integer between 0 and 1000000 (got {offset!r})")
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(name, f"must be an integer between {low} and {high} (got {value!r})")
-    return value
-
-
-def _check_id(name: str, value: Any) -> str | None:
-    """An optional id filter: None, or 1..128 characters without NUL."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > MAX_ID or "\x00" in value:
-        raise ConfigError(name, f"must be a text of 1 to {MAX_ID} characters without NUL (got {value!r})")
-    return value
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str | None:
-    if value is not None and value not in choices:
-        raise ConfigError(name, f"must be one of {', '.join(choices)} (got {value!r})")
-    return value  # type: ignore[no-any-return]
-
-
-def parse_cursor(value: Any, name: str) -> Cursor | None:
+def check_cursor(value: Any, field: str) -> Cursor | None:
     """A page cursor: None, a :class:`Cursor`, or its URL form ``<ms>.<id>``."""
     if value is None or isinstance(value, Cursor):
         cursor = value
     elif isinstance(value, str):
         key, dot, ident = value.partition(".")
-        if not dot or not key.isascii() or not key.isdigit() or not ident:
-            raise ConfigError(name, f"must be a page cursor <ms>.<id> (got {value!r})")
+        if not dot or not key.isascii() or not key.isdigit() or len(key) > 16 or not ident:
+            raise ConfigError(field, f"must be a page cursor <ms>.<id> (got {value[:80]!r})")
         cursor = Cursor(int(key), ident)
     else:
-        raise ConfigError(name, f"must be a page cursor (got {value!r})")
+        raise ConfigError(field, f"must be a page cursor (got {type(value).__name__})")
     if cursor is not None:
-        if isinstance(cursor.key, bool) or not isinstance(cursor.key, int) or not 0 <= cursor.key <= MAX_MS:
-            raise ConfigError(name, f"the cursor's time must be unix milliseconds (got {cursor.key!r})")
-        _check_id(name, cursor.id)
+        check_ms(cursor.key, field)
+        check_id(cursor.id, field)
     return cursor
 
 
+def check_log_filter(task_id: Any, status: Any, trigger_source: Any, started_after: Any,
+                     started_before: Any) -> LogFilter:
+    """The filters of a log list, each checked (``started_after`` inclusive, ``started_before`` exclusive)."""
+    return LogFilter(check_optional_id(task_id, "task_id"), check_optional_choice(status, "status", AttemptStatus),
+                     check_optional_id(trigger_source, "trigger_source"),
+                     check_optional_ms(started_after, "started_after"),
+                     check_optional_ms(started_before, "started_before"))
+
+
 def _check_cursors(before: Any, after: Any) -> tuple[Cursor | None, Cursor | None]:
-    older, newer = parse_cursor(before, "before"), parse_cursor(after, "after")
+    older, newer = check_cursor(before, "before"), check_cursor(after, "after")
     if older is not None and newer is not None:
         raise ConfigError("after", "give either before or after, not both")
     return older, newer
-
-
-def _check_ms(name: str, value: Any) -> int | None:
-    if value is not None:
-        _check_int(name, value, 0, MAX_MS)
-    return value  # type: ignore[no-any-return]
-
-
-def log_of_execution(execution: Execution) -> ExecutionLog:
-    """The caller-facing record of a journaled execution (its last attempt)."""
-    from scheduler_core.runtime.runner import make_log
-
-    persistence = LogPersistence("pending" if execution.log_persistence == "pending" else "persisted")
-    attempt = execution.attempts[-1] if execution.attempts else None
-    status = execution.status if execution.status in ("unknown", "discarded", "skipped", "interrupted") else None
-    return make_log(execution, attempt, persistence, status)
 
 
 @dataclass(frozen=True)
@@ -130,29 +106,23 @@ class Overview:
 
 
 class ExecutionOperations:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._scheduler = scheduler
-        self._queries: JournalQueries | None = None
+    """``scheduler.execution``: the operator API over the journal and the logs."""
+
+    def __init__(self, context: Callable[[], RuntimeContext], engine: Engine, config: SchedulerConfig) -> None:
+        self._context = context  # the node's context; raises NOT_INITIALIZED before init()
+        self._queries = JournalQueries(engine)
+        self._config = config
 
     def _journal(self) -> JournalQueries:
-        self._scheduler.context()  # NOT_INITIALIZED before init(), like every operator call
-        if self._queries is None:
-            self._queries = JournalQueries(self._scheduler.engine)
+        self._context()  # NOT_INITIALIZED before init(), like every operator call
         return self._queries
 
     def get(self, occurrence_id: str) -> Execution:
-        execution = self._scheduler.context().executions.get(occurrence_id)
+        check_id(occurrence_id, "occurrence_id")
+        execution = self._context().executions.get(occurrence_id)
         if execution is None:
             raise ExecutionNotFoundError(f"execution {occurrence_id!r} not found", occurrence_id=occurrence_id)
         return execution
-
-    def recent(self, status: str | None = None, task_id: str | None = None, limit: int = 50,
-             offset: int = 0) -> list[Execution]:
-        """Journal rows, newest first, filtered by status and/or task."""
-        check_page(limit, offset)
-        if status is not None and status not in EXECUTION_STATUSES:
-            raise ConfigError("status", f"must be one of {', '.join(EXECUTION_STATUSES)} (got {status!r})")
-        return self._scheduler.context().executions.recent(status, task_id, limit, offset)
 
     def page(self, status: str | None = None, task_id: str | None = None, limit: int = 50,
              before: Cursor | str | None = None, after: Cursor | str | None = None) -> KeysetPage[Execution]:
@@ -161,9 +131,9 @@ class ExecutionOperations:
         ``before``: the ``older`` cursor of the page on screen (next, older page); ``after``: its
         ``newer`` cursor (previous page). Cursors are :class:`Cursor` or their ``token()``.
         """
-        _check_choice("status", status, EXECUTION_STATUSES)
-        _check_id("task_id", task_id)
-        _check_int("limit", limit, 1, 100)
+        check_optional_choice(status, "status", ExecutionStatus)
+        check_optional_id(task_id, "task_id")
+        check_int(limit, "limit", 1, PAGE_LIMIT)
         older, newer = _check_cursors(before, after)
         return self._journal().execution_page(status, task_id, limit, older, newer)
 
@@ -174,67 +144,61 @@ class ExecutionOperations:
 
         ``started_after`` is inclusive, ``started_before`` exclusive (unix ms).
         """
-        _check_id("task_id", task_id)
-        _check_choice("status", status, LOG_STATUSES)
-        _check_id("trigger_source", trigger_source)
-        _check_ms("started_after", started_after)
-        _check_ms("started_before", started_before)
-        _check_int("limit", limit, 1, 100)
+        where = check_log_filter(task_id, status, trigger_source, started_after, started_before)
+        check_int(limit, "limit", 1, PAGE_LIMIT)
         older, newer = _check_cursors(before, after)
-        where = LogFilter(task_id, status, trigger_source, started_after, started_before)
         return self._journal().log_page(where, limit, older, newer)
 
     def log(self, log_id: str) -> ExecutionLog | None:
         """One log row by its id (the attempt's UUID); None when absent (pruned, or never projected)."""
-        if _check_id("log_id", log_id) is None:
-            raise ConfigError("log_id", "is required")
+        check_id(log_id, "log_id")
         return self._journal().log(log_id)
 
     def log_failure_count(self, cap: int = COUNT_CAP) -> BoundedCount:
         """Journal rows whose log projection is pending, counted up to ``cap``."""
-        _check_int("cap", cap, 1, 1_000_000)
+        check_int(cap, "cap", 1, 1_000_000)
         return self._journal().log_failure_count(cap)
 
     def overview(self, cap: int = COUNT_CAP) -> Overview:
         """Bounded counts for the overview page: each reads at most ``cap + 1`` index entries."""
-        _check_int("cap", cap, 1, 1_000_000)
+        check_int(cap, "cap", 1, 1_000_000)
         journal = self._journal()
-        alive_within = 3 * self._scheduler.config.heartbeat_interval_ms
-        return Overview(journal.status_counts(EXECUTION_STATUSES, cap), journal.log_failure_count(cap),
+        alive_within = 3 * self._config.heartbeat_interval_ms
+        return Overview(journal.status_counts(tuple(ExecutionStatus), cap), journal.log_failure_count(cap),
                         journal.task_count(), journal.nodes_alive(alive_within))
 
     def hourly(self, hours: int = 24) -> list[HourBucket]:
         """Executions and failures (failed, interrupted, unknown) per hour of the DB clock,
         oldest first, the current hour last; hours without executions count zero."""
-        _check_int("hours", hours, 1, 168)
+        check_int(hours, "hours", 1, 168)
         return self._journal().hourly(hours)
 
     def leases(self) -> list[Execution]:
         """Running executions with their owner node and lease deadline."""
-        return self._scheduler.context().executions.running()
+        return self._context().executions.running()
 
     def counts(self) -> dict[str, int]:
         """Journal rows per status."""
-        return self._scheduler.context().executions.count_by_status()
+        return self._context().executions.count_by_status()
 
     def list_unknown(self, limit: int = 50, offset: int = 0) -> list[Execution]:
         check_page(limit, offset)
-        return self._scheduler.context().executions.list_by_status("unknown", limit, offset)
+        return self._context().executions.list_by_status("unknown", limit, offset)
 
     def resolve_unknown(self, occurrence_id: str, status: str, expected_updated_at: int,
                         resolved_by: str | None = None, reason: str | None = None) -> Execution:
         """Settle an unknown execution as success or discarded (compare-and-set on updated_at)
         and release its task's slot. Exactly one of concurrent resolutions wins."""
-        if status not in RESOLUTIONS:
-            raise ConfigError("status", f"must be one of {', '.join(RESOLUTIONS)} (got {status!r})")
-        if isinstance(expected_updated_at, bool) or not isinstance(expected_updated_at, int):
-            raise ConfigError("expected_updated_at",
-                              f"must be the execution's updated_at (got {expected_updated_at!r})")
+        check_id(occurrence_id, "occurrence_id")
+        check_choice(status, "status", Resolution)
+        check_ms(expected_updated_at, "expected_updated_at")
+        check_optional_text(resolved_by, "resolved_by", ID_MAX, single_line=True)
+        check_optional_text(reason, "reason", REASON_MAX)
         execution = self.get(occurrence_id)
-        if execution.status != "unknown":
+        if execution.status != ExecutionStatus.UNKNOWN:
             raise ConflictError(f"execution {occurrence_id!r} is {execution.status}, not unknown",
                                 occurrence_id=occurrence_id)
-        repo = self._scheduler.context().executions
+        repo = self._context().executions
         if not repo.resolve_unknown(execution, status, expected_updated_at, resolved_by, reason):
             raise ConflictError(f"execution {occurrence_id!r} changed since it was read "
                                 f"(updated_at is no longer {expected_updated_at})", occurrence_id=occurrence_id)
@@ -242,14 +206,14 @@ class ExecutionOperations:
 
     def list_log_failures(self, limit: int = 50, offset: int = 0) -> list[Execution]:
         check_page(limit, offset)
-        return self._scheduler.context().executions.list_log_failures(limit, offset)
+        return self._context().executions.list_log_failures(limit, offset)
 
     def repair_log(self, occurrence_id: str) -> RepairResult:
         """Project a ``pending`` journal entry into the log table (safe on any node, concurrently)."""
         execution = self.get(occurrence_id)
-        if execution.log_persistence != "pending":
+        if execution.log_persistence != LogPersistenceStatus.PENDING:
             return RepairResult(occurrence_id, execution.log_persistence, False)
-        repaired = self._scheduler.context().logs.project(execution)
+        repaired = self._context().logs.project(execution)
         return RepairResult(occurrence_id, self.get(occurrence_id).log_persistence, repaired)
 
     def repair_all(self, max_rounds: int = 100) -> RepairAllResult:
@@ -261,7 +225,7 @@ class ExecutionOperations:
         A failure of one row is counted and the round goes on; such rows stay at the head of
         the list, so a hundred of them stop the drain until each is looked at.
         """
-        _check_int("max_rounds", max_rounds, 1, 10_000)
+        check_int(max_rounds, "max_rounds", 1, 10_000)
         repaired = rounds = 0
         failed: set[str] = set()
         while rounds < max_rounds:
