@@ -14,15 +14,12 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scheduler_core.errors import ReachConfigError
+from scheduler_core.validation import ID_MAX, check_bool, check_int, check_optional_text, check_text
 
 _WALL_TIME = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 DELAY_RANGE = (1_000, 86_400_000)
-
-
-def _int(field: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ReachConfigError(field, f"must be an integer between {low} and {high} (got {value!r})")
-    return value
+TEMPLATE_BODY_MAX = 65_535
+TEMPLATE_SUBJECT_MAX = 998  # one RFC 5322 header line
 
 
 def _keys(field: str, values: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
@@ -42,11 +39,11 @@ class QueuePolicy:
     concurrency: int = 4  # deliveries a node's round runs at once; 1..32 (not stored with messages)
 
     def __post_init__(self) -> None:
-        _int("queue.max_attempts", self.max_attempts, 1, 100)
-        _int("queue.retry_delay_ms", self.retry_delay_ms, *DELAY_RANGE)
-        _int("queue.max_retry_delay_ms", self.max_retry_delay_ms, *DELAY_RANGE)
-        _int("queue.lease_ms", self.lease_ms, *DELAY_RANGE)
-        _int("queue.concurrency", self.concurrency, 1, 32)
+        check_int(self.max_attempts, "queue.max_attempts", 1, 100, ReachConfigError)
+        check_int(self.retry_delay_ms, "queue.retry_delay_ms", *DELAY_RANGE, ReachConfigError)
+        check_int(self.max_retry_delay_ms, "queue.max_retry_delay_ms", *DELAY_RANGE, ReachConfigError)
+        check_int(self.lease_ms, "queue.lease_ms", *DELAY_RANGE, ReachConfigError)
+        check_int(self.concurrency, "queue.concurrency", 1, 32, ReachConfigError)
         if self.max_retry_delay_ms < self.retry_delay_ms:
             raise ReachConfigError("queue.max_retry_delay_ms", "must not be smaller than queue.retry_delay_ms")
 
@@ -71,9 +68,8 @@ class DndConfig:
     timezone: str = "UTC"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ReachConfigError("dnd.enabled", "must be true or false")
-        if self.strategy not in ("discard", "delay"):
+        check_bool(self.enabled, "dnd.enabled", ReachConfigError)
+        if not isinstance(self.strategy, str) or self.strategy not in ("discard", "delay"):
             raise ReachConfigError("dnd.strategy", f"must be discard or delay (got {self.strategy!r})")
         for name in ("start", "end"):
             value = getattr(self, name)
@@ -82,8 +78,8 @@ class DndConfig:
         if self.start == self.end:
             raise ReachConfigError("dnd.end", "must differ from dnd.start")
         try:
-            ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            ZoneInfo(check_text(self.timezone, "dnd.timezone", 64, ReachConfigError))
+        except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
             raise ReachConfigError("dnd.timezone", f"unknown IANA timezone {self.timezone!r}") from None
 
     @classmethod
@@ -101,13 +97,25 @@ class TemplateConfig:
     subject: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not 1 <= len(self.name) <= 128:
-            raise ReachConfigError("templates.name", "must be 1..128 characters")
-        for name in ("provider", "body"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ReachConfigError(f"templates.{self.name}.{name}", "must be a non-empty string")
-        if self.subject is not None and not isinstance(self.subject, str):
-            raise ReachConfigError(f"templates.{self.name}.subject", "must be a string")
+        check_template(self.name, self.provider, self.body, self.subject, "templates.")
+
+
+def check_template(name: Any, provider: Any, body: Any, subject: Any, prefix: str = "") -> None:
+    """One template's fields, wherever it comes from (configuration, the API, a form); ``prefix``
+    says where in the configuration (``templates.``) so the field named is the one to fix."""
+    check_template_name(name, f"{prefix}name")
+    where = f"{prefix}{name}." if prefix else ""
+    check_text(provider, f"{where}provider", ID_MAX, ReachConfigError, single_line=True)
+    check_text(body, f"{where}body", TEMPLATE_BODY_MAX, ReachConfigError)
+    # One header line: a line break would let a variable-free subject inject mail headers.
+    check_optional_text(subject, f"{where}subject", TEMPLATE_SUBJECT_MAX, ReachConfigError, single_line=True)
+
+
+def check_template_name(name: Any, field: str = "name") -> str:
+    check_text(name, field, ID_MAX, ReachConfigError)
+    if name != name.strip() or not name.isprintable():
+        raise ReachConfigError(field, "must be 1..128 printable characters without surrounding whitespace")
+    return name  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,17 @@ from scheduler_core.errors import ReachConfigError, ReachError
 from scheduler_core.reach.base import Delivery, FailureClass, Provider, RenderedMessage
 from scheduler_core.reach.config import DndConfig, backoff_ms
 from scheduler_core.reach.dnd import in_window, window_end_ms
+from scheduler_core.statuses import DeliveryResolution, QueueStatus
 from scheduler_core.store.reach_queue import DeadSet, QueuedMessage, QueueEntry, QueueFilter, QueueRepository
+from scheduler_core.validation import (
+    ID_MAX,
+    PAGE_LIMIT,
+    check_choice,
+    check_int,
+    check_ms,
+    check_optional_text,
+    check_page,
+)
 
 logger = logging.getLogger("scheduler_core.reach.queue")
 ROUND_LIMIT = 100
@@ -179,12 +189,11 @@ class DeliveryRounds:
         return settled
 
 
-QUEUE_STATUSES = ("pending", "processing", "sending", "sent", "unknown", "dead", "discarded")
+QUEUE_STATUSES = tuple(QueueStatus)
 FAILURE_CLASSES: tuple[str, ...] = get_args(FailureClass)
 BULK_MAX = 10_000  # dead letters one bulk requeue takes at most (the oldest of a larger set)
 BULK_BATCH = 100  # rows per compare-and-set transaction of a bulk requeue
 SETTLE_GRACE_MS = 1_000  # a bulk set ends this long before the preview's DB time (see preview_bulk_requeue)
-MAX_BOUND_MS = 2**53 - 1
 
 
 @dataclass(frozen=True)
@@ -254,14 +263,14 @@ class QueueOperations:
         if cap is None:
             found = self._repo().count_by_status()
         else:
-            found = self._repo().count_by_status_capped(QUEUE_STATUSES, _int("cap", cap, 1, 1_000_000))
+            found = self._repo().count_by_status_capped(QUEUE_STATUSES, _int(cap, "cap", 1, 1_000_000))
         return {status: found.get(status, 0) for status in QUEUE_STATUSES}
 
     def list(self, status: str, limit: int = 50, offset: int = 0) -> list[QueueEntry]:
-        if status not in ("dead", "unknown"):
+        if check_choice(status, "status", QueueStatus, ReachConfigError) not in (QueueStatus.DEAD,
+                                                                                  QueueStatus.UNKNOWN):
             raise ReachConfigError("status", f"must be dead or unknown (got {status!r})")
-        _int("limit", limit, 1, 100)
-        _int("offset", offset, 0, 1_000_000)
+        check_page(limit, offset, ReachConfigError)
         return self._repo().list(status, limit, offset)
 
     def browse(self, status: str, *, provider: str | None = None, failure: str | None = None,
@@ -269,7 +278,7 @@ class QueueOperations:
         """One page of the messages in ``status`` (optionally of one provider, failure class,
         template), newest change first; ``after`` is the previous page's ``next_after``."""
         where = _filter(status, provider, failure, template)
-        _int("limit", limit, 1, 100)
+        _int(limit, "limit", 1, PAGE_LIMIT)
         repo = self._repo()
         now_ms = repo.now()
         entries = repo.browse(where, limit + 1, _cursor(after))
@@ -314,8 +323,8 @@ class QueueOperations:
 
     def requeue_dead(self, queue_id: str, expected_updated_at: int) -> QueueEntry:
         """Only from dead, only at the current version; resets attempts, keeps id and policy."""
-        if isinstance(expected_updated_at, bool) or not isinstance(expected_updated_at, int):
-            raise ReachConfigError("expected_updated_at", "must be the entry's updated_at (unix ms)")
+        queue_id = _queue_id(queue_id)
+        check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
         entry = self._existing(queue_id)
         if entry.status != "dead":
             raise ReachError(f"queue entry {queue_id} is {entry.status}; only dead entries can be requeued "
@@ -328,12 +337,12 @@ class QueueOperations:
     def resolve_unknown(self, queue_id: str, status: str, message_id: str | None = None,
                         resolved_by: str | None = None, expected_updated_at: int | None = None) -> QueueEntry:
         """unknown -> sent | discarded; with ``expected_updated_at``, only at that version."""
-        if status not in ("sent", "discarded"):
-            raise ReachConfigError("status", f"must be sent or discarded (got {status!r})")
-        if message_id is not None and (not isinstance(message_id, str) or not 1 <= len(message_id) <= 255):
-            raise ReachConfigError("message_id", "must be 1..255 characters")
+        queue_id = _queue_id(queue_id)
+        check_choice(status, "status", DeliveryResolution, ReachConfigError)
+        check_optional_text(message_id, "message_id", 255, ReachConfigError, single_line=True)
+        check_optional_text(resolved_by, "resolved_by", ID_MAX, ReachConfigError, single_line=True)
         if expected_updated_at is not None:
-            _int("expected_updated_at", expected_updated_at, 0, MAX_BOUND_MS)
+            check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
         entry = self._existing(queue_id)
         if entry.status != "unknown" or not self._repo().resolve_unknown(queue_id, status, message_id, resolved_by,
                                                                          expected_updated_at):
@@ -352,29 +361,19 @@ def _queue_id(value: Any, field: str = "queue_id") -> str:
     try:
         return str(uuid.UUID(value))
     except (ValueError, TypeError, AttributeError):
-        raise ReachConfigError(field, f"must be a queue receipt UUID (got {value!r})") from None
+        raise ReachConfigError(field, f"must be a queue receipt UUID (got {value!r:.80})") from None
 
 
-def _int(field: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ReachConfigError(field, f"must be an integer between {low} and {high} (got {value!r})")
-    return value
-
-
-def _text(field: str, value: Any, longest: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not 1 <= len(value) <= longest:
-        raise ReachConfigError(field, f"must be 1..{longest} characters when given")
-    return value
+def _int(value: Any, field: str, low: int, high: int) -> int:
+    return check_int(value, field, low, high, ReachConfigError)
 
 
 def _filter(status: Any, provider: Any, failure: Any, template: Any) -> QueueFilter:
-    if status not in QUEUE_STATUSES:
-        raise ReachConfigError("status", f"must be one of {', '.join(QUEUE_STATUSES)} (got {status!r})")
-    if failure is not None and failure not in FAILURE_CLASSES:
-        raise ReachConfigError("failure", f"must be one of {', '.join(FAILURE_CLASSES)} (got {failure!r})")
-    return QueueFilter(status, _text("provider", provider, 64), failure, _text("template", template, 128))
+    check_choice(status, "status", QueueStatus, ReachConfigError)
+    if failure is not None and (not isinstance(failure, str) or failure not in FAILURE_CLASSES):
+        raise ReachConfigError("failure", f"must be one of {', '.join(FAILURE_CLASSES)} (got {failure!r:.80})")
+    return QueueFilter(status, check_optional_text(provider, "provider", 64, ReachConfigError, single_line=True),
+                       failure, check_optional_text(template, "template", ID_MAX, ReachConfigError))
 
 
 def _cursor(value: Any) -> tuple[int, str] | None:
@@ -383,7 +382,7 @@ def _cursor(value: Any) -> tuple[int, str] | None:
         return None
     at, _, queue_id = value.partition(".") if isinstance(value, str) else ("", "", "")
     if not at.isdigit() or len(at) > 16:
-        raise ReachConfigError("after", f"must be a page cursor <updated_at>.<queue_id> (got {value!r})")
+        raise ReachConfigError("after", f"must be a page cursor <updated_at>.<queue_id> (got {value!r:.80})")
     return int(at), _queue_id(queue_id, "after")
 
 
@@ -391,6 +390,6 @@ def _checked_preview(preview: BulkPreview) -> tuple[QueueFilter, DeadSet]:
     if not isinstance(preview, BulkPreview):
         raise ReachConfigError("preview", "must be the BulkPreview returned by preview_bulk_requeue")
     where = _filter("dead", preview.provider, preview.failure, preview.template)
-    bound_at = _int("bound_at", preview.bound_at, 0, MAX_BOUND_MS)
+    bound_at = check_ms(preview.bound_at, "bound_at", ReachConfigError)
     bound_id = None if preview.bound_id is None else _queue_id(preview.bound_id, "bound_id")
-    return where, DeadSet(bound_at, bound_id, _int("count", preview.count, 0, BULK_MAX))
+    return where, DeadSet(bound_at, bound_id, _int(preview.count, "count", 0, BULK_MAX))

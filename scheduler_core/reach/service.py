@@ -34,15 +34,24 @@ from scheduler_core.errors import (
     TemplateNotFoundError,
 )
 from scheduler_core.reach.base import Provider, RenderedMessage
-from scheduler_core.reach.config import ReachConfig, TemplateConfig
+from scheduler_core.reach.config import (
+    TEMPLATE_SUBJECT_MAX,
+    ReachConfig,
+    TemplateConfig,
+    check_template,
+    check_template_name,
+)
 from scheduler_core.reach.dnd import in_window, window_end_ms
 from scheduler_core.reach.queue import ROUND_LIMIT, DeliveryRounds, QueueOperations, RoundReport
 from scheduler_core.reach.templates import check_vars, missing_variables, render
 from scheduler_core.store.reach_queue import QueueRepository
 from scheduler_core.store.reach_templates import StoredTemplate, TemplateRepository
+from scheduler_core.validation import ID_MAX, check_json_object, check_ms, check_optional_text, check_text
 
 logger = logging.getLogger("scheduler_core.reach")
 MESSAGE_FIELDS = ("to", "provider", "template", "subject", "body", "vars", "extra")
+RECIPIENT_MAX = 1_024  # an address, a phone number, a webhook id or URL
+RENDERED_BODY_MAX = 1_000_000  # a template's 65,535 characters with its variables filled in
 IMMEDIATE_TIMEOUT_MS = 30_000
 
 
@@ -134,31 +143,32 @@ class Reach:
             raise ReachConfigError("message", "must be a mapping")
         for key in message:
             if key not in MESSAGE_FIELDS:
-                raise ReachConfigError(str(key), "is not a message field")
-        to = message.get("to")
-        if not isinstance(to, str) or not to.strip():
-            raise ReachConfigError("to", "is required")
-        extra = message.get("extra") or {}
-        if not isinstance(extra, Mapping):
-            raise ReachConfigError("extra", "must be a mapping")
+                raise ReachConfigError(str(key)[:64], "is not a message field")
+        to = check_text(message.get("to"), "to", RECIPIENT_MAX, ReachConfigError, single_line=True)
+        extra = check_json_object(message.get("extra"), "extra", ReachConfigError) or {}
+        provider_name = check_optional_text(message.get("provider"), "provider", ID_MAX, ReachConfigError)
+        subject, body = message.get("subject"), message.get("body")
         template_name = message.get("template")
-        subject, body, provider_name = message.get("subject"), message.get("body"), message.get("provider")
         if template_name is not None:
             template = self._template(template_name)
             values = check_vars(message.get("vars"))
             provider_name = provider_name or template.provider
-            subject = render(template.subject, values, f"template {template.name} subject") if template.subject \
-                else subject
+            if template.subject:
+                subject = render(template.subject, values, f"template {template.name} subject")
             body = render(template.body, values, f"template {template.name} body")
-        elif not isinstance(body, str) or not body:
+        elif body is None:
             raise ReachConfigError("body", "is required for a message without a template")
-        if not isinstance(provider_name, str) or not provider_name:
+        elif provider_name is None:
             raise ReachConfigError("provider", "is required for a message without a template")
+        # Checked after rendering: a variable may not smuggle a line break into a mail header.
+        subject = check_optional_text(subject, "subject", TEMPLATE_SUBJECT_MAX, ReachConfigError, single_line=True)
+        body = check_text(body, "body", RENDERED_BODY_MAX, ReachConfigError)
+        assert provider_name is not None  # a template always names its provider
         provider = self._providers.get(provider_name)
         if provider is None:
             raise ProviderNotFoundError(f"provider {provider_name!r} is not configured")
         provider.validate_recipient(to)
-        return provider, RenderedMessage(to, subject, str(body), dict(extra)), template_name
+        return provider, RenderedMessage(to, subject, body, dict(extra)), template_name
 
     def find_template(self, name: Any) -> TemplateConfig:
         """A template by name: configuration first, then the database."""
@@ -166,10 +176,11 @@ class Reach:
 
     def _template(self, name: Any) -> TemplateConfig:
         config = self._require_config()
+        check_text(name, "template", ID_MAX, ReachConfigError)
         for template in config.templates:
             if template.name == name:
                 return template
-        if self._engine is not None and isinstance(name, str):
+        if self._engine is not None:
             stored = TemplateRepository(self._engine).get(name)
             if stored is not None:
                 return TemplateConfig(stored.name, stored.provider, stored.body, stored.subject)
@@ -290,9 +301,6 @@ class TemplatePreview:
     body: str | None
 
 
-TEMPLATE_BODY_MAX = 65_535
-TEMPLATE_SUBJECT_MAX = 998  # one RFC 5322 header line
-
 
 class TemplateOperations:
     """``reach.templates``: stored templates (CRUD with versions) and previews of any template.
@@ -308,11 +316,10 @@ class TemplateOperations:
 
     def save(self, name: str, provider: str, body: str, subject: str | None = None) -> TemplateConfig:
         """Insert or replace a stored template (no version check: see create / update)."""
-        template = TemplateConfig(name=name, provider=provider, body=body, subject=subject)  # validates
-        if provider not in self._reach.provider_names():
-            raise ReachConfigError("provider", f"names no configured provider ({provider!r})")
+        self._check(name, provider, body, subject)
+        self._refuse_configured(name)
         self._repo().save(name, provider, subject, body)
-        return template
+        return TemplateConfig(name=name, provider=provider, body=body, subject=subject)
 
     def get(self, name: str) -> TemplateConfig:
         return self._reach.find_template(name)
@@ -325,13 +332,12 @@ class TemplateOperations:
         return self._repo().list()
 
     def stored_one(self, name: str) -> StoredTemplate | None:
-        return self._repo().get(name) if isinstance(name, str) else None
+        return self._repo().get(check_template_name(name))
 
     def create(self, name: str, provider: str, body: str, subject: str | None = None) -> StoredTemplate:
         """A new stored template; ReachConfigError("name") when the name is taken."""
         self._check(name, provider, body, subject)
-        if any(t.name == name for t in self._reach.configured_templates()):
-            raise ReachConfigError("name", f"{name!r} is a configured template (read-only); choose another name")
+        self._refuse_configured(name)
         if not self._repo().create(name, provider, subject, body):
             raise ReachConfigError("name", f"a stored template named {name!r} already exists")
         return self._saved(name)
@@ -340,6 +346,7 @@ class TemplateOperations:
                expected_updated_at: int) -> StoredTemplate:
         """Replace a stored template's content at the version read; a conflict when it changed."""
         self._check(name, provider, body, subject)
+        self._refuse_configured(name)
         _version(expected_updated_at)
         if not self._repo().update(name, provider, subject, body, expected_updated_at):
             self._saved(name)  # not found when it is gone
@@ -349,6 +356,7 @@ class TemplateOperations:
 
     def delete(self, name: str, expected_updated_at: int | None = None) -> None:
         """Delete a stored template (at the version read, when given)."""
+        check_template_name(name)
         if expected_updated_at is not None:
             _version(expected_updated_at)
         if not self._repo().delete(name, expected_updated_at):
@@ -376,16 +384,13 @@ class TemplateOperations:
         return TemplatePreview(template, used, [], subject, body)
 
     def _check(self, name: Any, provider: Any, body: Any, subject: Any) -> None:
-        if not isinstance(name, str) or not 1 <= len(name) <= 128 or name != name.strip() \
-                or any(not char.isprintable() for char in name):
-            raise ReachConfigError("name", "must be 1..128 printable characters without surrounding whitespace")
+        check_template(name, provider, body, subject)
         if provider not in self._reach.provider_names():
             raise ReachConfigError("provider", f"names no configured provider ({provider!r})")
-        if subject is not None and (not isinstance(subject, str) or len(subject) > TEMPLATE_SUBJECT_MAX
-                                    or "\n" in subject or "\r" in subject):
-            raise ReachConfigError("subject", f"must be one line of at most {TEMPLATE_SUBJECT_MAX} characters")
-        if not isinstance(body, str) or not body.strip() or len(body) > TEMPLATE_BODY_MAX:
-            raise ReachConfigError("body", f"is required: 1..{TEMPLATE_BODY_MAX} characters")
+
+    def _refuse_configured(self, name: str) -> None:
+        if any(t.name == name for t in self._reach.configured_templates()):
+            raise ReachConfigError("name", f"{name!r} is a configured template (read-only); choose another name")
 
     def _saved(self, name: str) -> StoredTemplate:
         stored = self._repo().get(name)
@@ -407,6 +412,4 @@ def _check_pool(engine: Engine, senders: int, others: int, users: str) -> None:
 
 
 def _version(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ReachConfigError("expected_updated_at", "must be the template's updated_at (unix ms)")
-    return value
+    return check_ms(value, "expected_updated_at", ReachConfigError)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler_core.errors import ReachConfigError, TemplateRenderFailedError
+from scheduler_core.validation import ID_MAX, check_json, check_text
 
 _VARIABLE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -45,15 +46,10 @@ def parse_values(text: str) -> dict[str, Any]:
             loaded = json.loads(text)
         except ValueError as exc:
             raise ReachConfigError("vars", f"is not a valid JSON object: {exc}") from None
-        values = check_vars(loaded)
+        values = loaded
     else:
         values = _parse_lines(text)
-    if len(values) > MAX_VALUES:
-        raise ReachConfigError("vars", f"at most {MAX_VALUES} variables")
-    for name, value in values.items():
-        if len(str(value)) > MAX_VALUE_CHARS:
-            raise ReachConfigError(f"vars.{name}", f"must be at most {MAX_VALUE_CHARS} characters")
-    return values
+    return check_vars(values)
 
 
 def _parse_lines(text: str) -> dict[str, Any]:
@@ -87,11 +83,20 @@ def render(text: str, values: Mapping[str, Any], where: str) -> str:
 
 
 def check_vars(values: Any) -> dict[str, Any]:
+    """Template variables: names to strings or finite numbers (what a message can show)."""
     if values is None:
         return {}
     if not isinstance(values, Mapping):
         raise ReachConfigError("vars", "must be a mapping of variable names to values")
+    if len(values) > MAX_VALUES:
+        raise ReachConfigError("vars", f"at most {MAX_VALUES} variables")
     for key, value in values.items():
-        if not isinstance(key, str) or not isinstance(value, str | int | float) or isinstance(value, bool):
+        if not isinstance(key, str):
+            raise ReachConfigError("vars", f"variable names must be strings (got {type(key).__name__})")
+        check_text(key, "vars", ID_MAX, ReachConfigError)
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
             raise ReachConfigError(f"vars.{key}", "values must be strings or numbers")
+        check_json(value, f"vars.{key}", ReachConfigError)  # NaN, infinity, NUL, surrogates, huge ints
+        if isinstance(value, str):
+            check_text(value, f"vars.{key}", MAX_VALUE_CHARS, ReachConfigError, blank=True)
     return dict(values)
