@@ -1,4 +1,4 @@
-"""Validated scheduler configuration (bounds from the seeds)."""
+"""Validated scheduler configuration."""
 
 from __future__ import annotations
 
@@ -6,20 +6,14 @@ import os
 import secrets
 import socket
 from dataclasses import dataclass, field
-from typing import Any
 
-from scheduler_core.errors import ConfigError
+from scheduler_core.validation import check_bool, check_id, check_int, check_optional_int
 
 LEASE_MS_RANGE = (1_000, 86_400_000)
 
 
 def default_node_id() -> str:
     return f"{socket.gethostname()[:80]}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(name, f"must be an integer between {low} and {high} (got {value!r})")
 
 
 @dataclass(frozen=True)
@@ -37,19 +31,15 @@ class SchedulerConfig:
     auto_migrate: bool = True  # init() applies pending schema migrations (under a DB lock)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.node_id, str) or not self.node_id.strip() or len(self.node_id) > 128:
-            raise ConfigError("node_id", "must be a non-empty string of at most 128 characters")
-        _check_int("tick_interval_ms", self.tick_interval_ms, 100, 60_000)
-        _check_int("lease_ms", self.lease_ms, *LEASE_MS_RANGE)
-        _check_int("max_concurrency", self.max_concurrency, 1, 1_000)
-        _check_int("max_queued", self.max_queued, 0, 100_000)
-        if self.max_logs is not None:
-            _check_int("max_logs", self.max_logs, 1, 1_000_000_000)
-        if self.retention_days is not None:
-            _check_int("retention_days", self.retention_days, 1, 36_500)
-        _check_int("heartbeat_interval_ms", self.heartbeat_interval_ms, 1_000, 3_600_000)
-        if not isinstance(self.auto_migrate, bool):
-            raise ConfigError("auto_migrate", f"must be true or false (got {self.auto_migrate!r})")
+        check_id(self.node_id, "node_id")
+        check_int(self.tick_interval_ms, "tick_interval_ms", 100, 60_000)
+        check_int(self.lease_ms, "lease_ms", *LEASE_MS_RANGE)
+        check_int(self.max_concurrency, "max_concurrency", 1, 1_000)
+        check_int(self.max_queued, "max_queued", 0, 100_000)
+        check_optional_int(self.max_logs, "max_logs", 1, 1_000_000_000)
+        check_optional_int(self.retention_days, "retention_days", 1, 36_500)
+        check_int(self.heartbeat_interval_ms, "heartbeat_interval_ms", 1_000, 3_600_000)
+        check_bool(self.auto_migrate, "auto_migrate")
 
     @property
     def renew_interval_ms(self) -> int:

@@ -169,6 +169,7 @@ def _schedule(expr: str) -> _Schedule:
         )
     if len(normalised) > MAX_CRON_LENGTH:
         raise InvalidCronError(f"cron: expression longer than {MAX_CRON_LENGTH} characters", cron=expr)
+    _refuse_oversized_steps(expr, fields)
     try:
         # strict=True also refuses day/month pairs that can never occur, with a clear message.
         croniter.expand(normalised, strict=True)
@@ -197,6 +198,20 @@ def _zone(name: str) -> ZoneInfo:
 @lru_cache(maxsize=1)
 def _known_zones() -> frozenset[str]:
     return frozenset(available_timezones()) | {"UTC"}
+
+
+# How many values each field has: a step beyond that is a typo (``0-59/61``), not a schedule.
+_FIELD_VALUES = (("minute", 60), ("hour", 24), ("day-of-month", 31), ("month", 12), ("day-of-week", 7))
+_STEP = re.compile(r"/([0-9]+)$")
+
+
+def _refuse_oversized_steps(expr: str, fields: list[str]) -> None:
+    for field, (name, count) in zip(fields, _FIELD_VALUES, strict=True):
+        for part in field.split(","):
+            match = _STEP.search(part)
+            if match and (len(match.group(1)) > 3 or not 1 <= int(match.group(1)) <= count):
+                raise InvalidCronError(f"cron: {_show(expr)}: the {name} step /{match.group(1)[:8]} must be between 1 "
+                                       f"and {count}", cron=expr)
 
 
 _ONE_VALUE_RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(?:/[0-9]+)?$")

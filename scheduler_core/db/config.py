@@ -18,10 +18,12 @@ from sqlalchemy.exc import ArgumentError
 
 from scheduler_core.errors import DatabaseConfigError
 from scheduler_core.secrets import MASK
+from scheduler_core.validation import check_int, check_text
 
 DatabaseType = Literal["sqlite", "postgresql", "mysql"]
 
 MAX_TIMEOUT_MS = 2_147_483_647
+SETTING_MAX = 4_096  # a host, user, password, database name or path
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 # URL scheme (before "+driver") -> our type, and the one driver we ship for it.
 _SCHEMES = {
@@ -100,8 +102,8 @@ class DatabaseConfig:
             _check_int("port", self.port, 1, 65535)
         if self.user is not None:
             _check_text("user", self.user)
-        if self.password is not None and not isinstance(self.password, str):
-            _fail("password", "must be a string")
+        if self.password is not None:
+            check_text(self.password, "password", SETTING_MAX, DatabaseConfigError, blank=True)
 
     # --- constructors ----------------------------------------------------------
 
@@ -202,8 +204,7 @@ def parse_database_config(value: str | Mapping[str, Any] | DatabaseConfig) -> Da
 
 
 def _fields_from_url(url: Any) -> dict[str, Any]:
-    if not isinstance(url, str) or not url.strip():
-        _fail("url", "must be a non-empty string")
+    check_text(url, "url", SETTING_MAX, DatabaseConfigError)
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -240,13 +241,11 @@ def _tls_from_mapping(values: Mapping[str, Any]) -> TlsConfig:
 
 
 def _check_text(name: str, value: Any) -> None:
-    if not isinstance(value, str) or not value.strip():
-        _fail(name, "must be a non-empty string", value)
+    check_text(value, name, SETTING_MAX, DatabaseConfigError)  # never shows the value: it may be a secret
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        _fail(name, f"must be an integer between {low} and {high}", value)
+    check_int(value, name, low, high, DatabaseConfigError)
 
 
 def _int_from_text(name: str, raw: str) -> int:

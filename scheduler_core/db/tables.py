@@ -1,11 +1,12 @@
-"""The schema as SQLAlchemy Core tables (DESIGN §4). Migrations create it; this module
-is the model that the migration test compares the migrated database against.
+"""The schema as SQLAlchemy Core tables. Migrations create it; this module is the model
+that the migration test compares the migrated database against.
 
 Conventions:
 - every timestamp is a BIGINT of unix milliseconds taken from the database clock;
 - payloads are JSON columns (JSONB on PostgreSQL), never VARCHAR(255);
-- MySQL tables are InnoDB, utf8mb4 with a binary collation, so ids and keys compare
-  case-sensitively and byte-for-byte, as they do on PostgreSQL and SQLite;
+- MySQL tables are InnoDB, utf8mb4 with the server's binary NO PAD collation (migration
+  0006 picks it: MariaDB and MySQL name it differently), so ids and keys compare
+  byte for byte, trailing spaces included, as they do on PostgreSQL and SQLite;
 - invariants live in the schema as the last line of defence: the occurrence id is the
   journal's primary key, a task has one slot row, (task id, idempotency key) is unique.
 """
@@ -41,7 +42,6 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 MYSQL_TABLE_OPTIONS: dict[str, Any] = {
     "mysql_engine": "InnoDB",
     "mysql_charset": "utf8mb4",
-    "mysql_collate": "utf8mb4_bin",
 }
 
 ID_LENGTH = 128  # task ids, node ids, idempotency keys, sources

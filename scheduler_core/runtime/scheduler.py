@@ -42,7 +42,6 @@ from scheduler_core.store import (
     NodeRepository,
     TaskRepository,
 )
-from scheduler_core.store.dialect import write
 from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
 TRIGGER_POLL_S = 0.2
@@ -125,19 +124,7 @@ class Scheduler:
         self._check_pool()
         self._migrate()
         tasks_repo = TaskRepository(self._engine)
-        declared = self._validated_declared()
-        _, stored = tasks_repo.load_all()
-        stored_by_id = {t.id: t for t in stored}
-        new = []
-        for task in declared:
-            existing = stored_by_id.get(task.id)
-            if existing is None:
-                new.append(task)
-            elif not existing.same_definition(task):
-                raise TaskAlreadyExistsError(f"task {task.id!r} is declared and stored with a different definition",
-                                             task_id=task.id)
-        if new:
-            write(self._engine, lambda conn: [tasks_repo.insert(t, conn) for t in new])
+        tasks_repo.declare(self._validated_declared())
         executions = ExecutionRepository(self._engine, self._config.node_id, self._config.lease_ms)
         ctx = RuntimeContext(self._config, tasks_repo, executions, LogRepository(self._engine), self._executors,
                              self._hooks, self._forget)

@@ -45,6 +45,7 @@ from scheduler_core.store.dialect import (
     write,
 )
 from scheduler_core.store.logs import project_logs
+from scheduler_core.store.rows import one_row
 
 
 @dataclass(frozen=True)
@@ -520,8 +521,8 @@ class ExecutionRepository:
 
         def work(conn: Connection) -> bool:
             self._lock_rows(conn, executions.c.occurrence_id == occurrence_id)
-            return conn.execute(update(executions).where(self._owned(occurrence_id, token))
-                                .values(lease_until=db_now_ms() - 1, updated_at=self._touch(conn))).rowcount == 1
+            return one_row(conn.execute(update(executions).where(self._owned(occurrence_id, token))
+                                .values(lease_until=db_now_ms() - 1, updated_at=self._touch(conn))))
 
         return write(self.engine, work)
 

@@ -21,6 +21,7 @@ from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms,
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.store.dialect import greatest, read, write
+from scheduler_core.store.rows import one_row
 
 CLAIM_READS = 50  # reads of the due rows one claim makes at most while others take them first
 
@@ -136,13 +137,13 @@ class QueueRepository:
 
     def _claim(self, queue_id: str, eligible_at: int, token: str) -> bool:
         def work(conn: Connection) -> bool:
-            return conn.execute(
+            return one_row(conn.execute(
                 update(reach_queue)
                 .where(reach_queue.c.queue_id == queue_id, reach_queue.c.status == "pending",
                        reach_queue.c.next_attempt_at <= eligible_at)
                 .values(status="processing", lock_token=token, locked_by=self.node_id,
                         locked_until=db_now_ms() + self.lease_ms, attempt_count=reach_queue.c.attempt_count + 1,
-                        updated_at=self._touch(conn))).rowcount == 1
+                        updated_at=self._touch(conn))))
 
         return write(self.engine, work)
 
@@ -161,16 +162,16 @@ class QueueRepository:
 
         def work(conn: Connection) -> bool:
             self._lock(conn, queue_id)
-            return conn.execute(update(reach_queue).where(self._owned(queue_id, token, "processing"))
+            return one_row(conn.execute(update(reach_queue).where(self._owned(queue_id, token, "processing"))
                                 .values(status="sending", locked_until=db_now_ms() + self.lease_ms,
-                                        updated_at=self._touch(conn))).rowcount == 1
+                                        updated_at=self._touch(conn))))
 
         return write(self.engine, work)
 
     def renew(self, queue_id: str, token: str) -> bool:
         def work(conn: Connection) -> bool:
-            return conn.execute(update(reach_queue).where(self._owned(queue_id, token, OWNED_STATUSES))
-                                .values(locked_until=db_now_ms() + self.lease_ms)).rowcount == 1
+            return one_row(conn.execute(update(reach_queue).where(self._owned(queue_id, token, OWNED_STATUSES))
+                                .values(locked_until=db_now_ms() + self.lease_ms)))
 
         return write(self.engine, work)
 
@@ -187,8 +188,8 @@ class QueueRepository:
                 values["message_id"] = message_id
             if retry_in_ms is not None:
                 values["next_attempt_at"] = db_now_ms() + retry_in_ms
-            return conn.execute(update(reach_queue).where(self._owned(queue_id, token, OWNED_STATUSES))
-                                .values(**values)).rowcount == 1
+            return one_row(conn.execute(update(reach_queue).where(self._owned(queue_id, token, OWNED_STATUSES))
+                                .values(**values)))
 
         return write(self.engine, work)
 
@@ -210,10 +211,10 @@ class QueueRepository:
                                       "last_failure": last_failure, "updated_at": self._touch(conn)}
             if retry_in_ms is not None:
                 values["next_attempt_at"] = db_now_ms() + retry_in_ms
-            return conn.execute(update(reach_queue).where(
+            return one_row(conn.execute(update(reach_queue).where(
                 reach_queue.c.queue_id == message.entry.queue_id, reach_queue.c.lock_token == message.lock_token,
                 reach_queue.c.status == message.entry.status, reach_queue.c.locked_until < db_now_ms(),
-            ).values(**values)).rowcount == 1
+            ).values(**values)))
 
         return write(self.engine, work)
 
@@ -237,11 +238,11 @@ class QueueRepository:
         """dead -> pending at the current version only; attempts reset, id and policy kept."""
 
         def work(conn: Connection) -> bool:
-            return conn.execute(update(reach_queue).where(
+            return one_row(conn.execute(update(reach_queue).where(
                 reach_queue.c.queue_id == queue_id, reach_queue.c.status == "dead",
                 reach_queue.c.updated_at == expected_updated_at,
             ).values(status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None,
-                     updated_at=self._touch(conn))).rowcount == 1
+                     updated_at=self._touch(conn))))
 
         return write(self.engine, work)
 
@@ -254,9 +255,9 @@ class QueueRepository:
             conditions.append(reach_queue.c.updated_at == expected_updated_at)
 
         def work(conn: Connection) -> bool:
-            return conn.execute(update(reach_queue).where(*conditions).values(
+            return one_row(conn.execute(update(reach_queue).where(*conditions).values(
                 status=status, message_id=message_id, resolved_by=resolved_by,
-                updated_at=self._touch(conn))).rowcount == 1
+                updated_at=self._touch(conn))))
 
         return write(self.engine, work)
 

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, to_ms
 from scheduler_core.db.tables import reach_templates
 from scheduler_core.store.dialect import greatest, insert_ignore, read, write
+from scheduler_core.store.rows import one_row
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,10 @@ class TemplateRepository:
         is gone or changed since (0 rows: nothing written)."""
 
         def work(conn: Connection) -> bool:
-            return conn.execute(update(reach_templates).where(
+            return one_row(conn.execute(update(reach_templates).where(
                 reach_templates.c.name == name, reach_templates.c.updated_at == expected_updated_at,
             ).values(provider=provider, subject=subject, body=body,
-                     updated_at=greatest(conn, db_now_ms(), reach_templates.c.updated_at + 1))).rowcount == 1
+                     updated_at=greatest(conn, db_now_ms(), reach_templates.c.updated_at + 1))))
 
         return write(self.engine, work)
 
@@ -91,4 +92,4 @@ class TemplateRepository:
         conditions = [reach_templates.c.name == name]
         if expected_updated_at is not None:
             conditions.append(reach_templates.c.updated_at == expected_updated_at)
-        return write(self.engine, lambda conn: conn.execute(delete(reach_templates).where(*conditions)).rowcount == 1)
+        return write(self.engine, lambda conn: one_row(conn.execute(delete(reach_templates).where(*conditions))))

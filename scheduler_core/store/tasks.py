@@ -25,6 +25,7 @@ from scheduler_core.errors import (
 )
 from scheduler_core.model import RetryPolicy, TaskDefinition, validate_task
 from scheduler_core.store.dialect import AutocommitLine, StatementCache, greatest, insert_ignore, read, write
+from scheduler_core.store.rows import one_row
 
 TASKS_VERSION = "tasks_version"
 T = TypeVar("T")
@@ -173,6 +174,36 @@ class TaskRepository:
             return work(conn)
         return _saving(task.id, lambda: write(self.engine, work))
 
+    def declare(self, declared: Sequence[TaskDefinition]) -> None:
+        """Store each declared task that is not stored yet; one that is stored must be the same
+        definition, else TaskAlreadyExistsError (and nothing is written).
+
+        One transaction, safe when several nodes declare the same tasks at the same instant: the
+        insert skips a row another node inserted meanwhile (insert-or-ignore waits for that
+        node's commit), and the row read back is then compared -- never "already exists" for
+        the same definition.
+        """
+
+        def work(conn: Connection) -> None:
+            now = db_statement_now_ms()
+            inserted = False
+            for task in declared:
+                if self.get(task.id, conn) is None:
+                    conn.execute(insert_ignore(conn, tasks, [{"id": task.id, "revision": 1, "created_at": now,
+                                                               "updated_at": now, **_columns(task)}]))
+                    inserted = True
+                stored = self.get(task.id, conn)
+                if stored is None or not stored.same_definition(task):
+                    raise TaskAlreadyExistsError(f"task {task.id!r} is declared and stored with a different "
+                                                 "definition", task_id=task.id)
+                conn.execute(insert_ignore(conn, slots, [{"task_id": task.id, "occurrence_id": None,
+                                                          "execution_token": None, "updated_at": now}]))
+            if inserted:
+                self._bump_version(conn)
+
+        if declared:
+            _saving(declared[0].id, lambda: write(self.engine, work))
+
     def update(self, task: TaskDefinition, expected_revision: int) -> TaskDefinition | None:
         """Replace a task's fields if its revision is still ``expected_revision``.
 
@@ -185,9 +216,8 @@ class TaskRepository:
                 update(tasks)
                 .where(tasks.c.id == task.id, tasks.c.revision == expected_revision)
                 .values(revision=tasks.c.revision + 1,
-                        updated_at=greatest(conn, db_now_ms(), tasks.c.updated_at + 1), **_columns(task))
-            ).rowcount
-            if changed != 1:
+                        updated_at=greatest(conn, db_now_ms(), tasks.c.updated_at + 1), **_columns(task)))
+            if not one_row(changed, f"updating task {task.id!r}"):
                 return None
             self._bump_version(conn)
             return self.get(task.id, conn)
@@ -205,7 +235,7 @@ class TaskRepository:
             condition = [tasks.c.id == task_id]
             if revision is not None:
                 condition.append(tasks.c.revision == revision)
-            if conn.execute(delete(tasks).where(*condition)).rowcount != 1:
+            if not one_row(conn.execute(delete(tasks).where(*condition)), f"deleting task {task_id!r}"):
                 return False
             conn.execute(delete(slots).where(slots.c.task_id == task_id, slots.c.occurrence_id.is_(None)))
             self._bump_version(conn)

@@ -23,6 +23,7 @@ from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms,
 from scheduler_core.db.tables import audit_log, users
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.store.dialect import greatest, read, write
+from scheduler_core.store.rows import one_row
 
 ROLES = ("viewer", "operator", "admin")
 
@@ -108,8 +109,8 @@ class UserRepository:
 
     def set_password(self, name: str, password_hash: str) -> bool:
         """A new password hash whatever the version (the ``create-user --reset`` command)."""
-        return write(self.engine, lambda c: c.execute(update(users).where(users.c.username == name).values(
-            password_hash=password_hash, updated_at=greatest(c, db_now_ms(), users.c.updated_at + 1))).rowcount == 1)
+        return write(self.engine, lambda c: one_row(c.execute(update(users).where(users.c.username == name).values(
+            password_hash=password_hash, updated_at=greatest(c, db_now_ms(), users.c.updated_at + 1)))))
 
     def reset_password(self, name: str, password_hash: str, expected_updated_at: int) -> User:
         """A new password hash at version ``expected_updated_at`` only (ConflictError otherwise)."""
