@@ -67,7 +67,7 @@ from scheduler_core.reach.providers._delivery import (
     no_time_left,
     not_started,
 )
-from scheduler_core.reach.providers._http import HttpAnswer, exchange, no_answer
+from scheduler_core.reach.providers._http import HttpAnswer, no_answer, request_json
 from scheduler_core.secrets import MASK
 
 SETTINGS = ("access_key_id", "access_key_secret", "sign_name", "template_code", "region_id", "endpoint",
@@ -176,8 +176,8 @@ class AliyunSmsProvider:
         budget = budget_ms(self.timeout_ms, timeout_ms)
         if budget is None:
             return no_time_left()
-        answer = exchange("GET", self.signed_url(params), timeout_ms=budget,
-                          scrub=[self.access_key_secret, message.to])
+        answer = request_json("GET", self.signed_url(params), timeout_ms=budget,
+                              scrub=[self.access_key_secret, message.to])
         return _judge(answer, budget)
 
     def snapshot(self) -> dict[str, Any]:

@@ -57,16 +57,15 @@ from typing import Any, Literal
 from scheduler_core.reach.base import Delivery, RenderedMessage
 from scheduler_core.reach.providers._config import Settings, is_email, refuse_recipient
 from scheduler_core.reach.providers._delivery import (
-    Watchdog,
     ambiguous,
     budget_ms,
     delivered,
     no_time_left,
     not_started,
     safe_error,
-    shutdown_socket,
 )
 from scheduler_core.secrets import MASK
+from scheduler_core.transport import Watchdog, shutdown_socket
 
 SETTINGS = ("host", "port", "tls", "username", "password", "from", "timeout_ms")
 TLS_MODES = ("starttls", "implicit", "none")
@@ -166,7 +165,7 @@ class _Session:
 
     def deliver(self, payload: bytes, message_id: str) -> Delivery:
         try:
-            with Watchdog(self.budget, lambda: shutdown_socket(self.client.sock)) as dog:
+            with Watchdog(self.budget, lambda _cause: shutdown_socket(self.client.sock)) as dog:
                 try:
                     return self._converse(payload, message_id)
                 except smtplib.SMTPResponseException as exc:

@@ -60,7 +60,7 @@ from scheduler_core.reach.providers._delivery import (
     no_time_left,
     not_started,
 )
-from scheduler_core.reach.providers._http import HttpAnswer, exchange, no_answer
+from scheduler_core.reach.providers._http import HttpAnswer, no_answer, request_json
 from scheduler_core.secrets import is_secret_name, mask_headers
 
 SETTINGS = ("url", "headers", "timeout_ms", "idempotent")
@@ -132,8 +132,8 @@ class WebhookProvider:
         if budget is None:
             return no_time_left()
         scrub = [value for name, value in self.headers.items() if is_secret_name(name)]
-        answer = exchange("POST", self.url, timeout_ms=budget, headers=headers, json_body=payload,
-                          scrub=[*scrub, urlsplit(self.url).password, message.to])
+        answer = request_json("POST", self.url, timeout_ms=budget, headers=headers, json_body=payload,
+                              scrub=[*scrub, urlsplit(self.url).password, message.to])
         return self._judge(answer, budget, key)
 
     def _judge(self, answer: HttpAnswer, budget: int, key: str | None) -> Delivery:
