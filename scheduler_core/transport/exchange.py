@@ -98,7 +98,8 @@ def _work(request: HttpRequest, watch: Watch, results: list[HttpResult]) -> None
     response: requests.Response | None = None
     try:
         session = _session(request, watch)
-        # The watchdog is the deadline; the socket timeout is a backstop.
+        # The watchdog is the deadline; the socket timeout is a backstop. A 3xx is an answer like any
+        # other: following it would send our headers (and credentials) somewhere the caller did not name.
         response = session.request(request.method, request.url, headers=dict(request.headers),
                                    json=request.json_body, timeout=request.timeout_ms / 1000 + BACKSTOP_S,
                                    stream=True, allow_redirects=False)
