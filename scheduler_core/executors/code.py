@@ -1,56 +1,8 @@
 """``kind: python`` and ``kind: js``: run a snippet of code in a child process, one process per attempt.
 
-!!! SECURITY WARNING: THIS IS NOT A SANDBOX !!!
-================================================
-
-These executors run TRUSTED, server-side code written by the operators of the application,
-exactly as if it were part of the application:
-
-* the child process runs with the full privileges of the scheduler node (same user, same
-  filesystem, same network, same environment variables -- secrets included);
-* nothing restricts what the code imports, reads, writes, spawns or connects to;
-* the separate process exists for *robustness* (a timeout can kill it, a crash cannot take
-  the node down), not for *isolation*.
-
-NEVER accept code from end users, tenants, dashboards, HTTP requests or any other untrusted
-source. Whoever can register a ``python`` or ``js`` task can run anything on every node.
-
-Handler config
---------------
-``{"kind": "python" | "js", "code": str, "timeout": int}``
-
-* ``code``: 1..100_000 characters. Python code must define a top-level ``def run(context):``
-  (checked statically at registration). JavaScript code must define ``run`` as a top-level
-  function, or export it through ``module.exports.run`` / ``module.exports = {run}`` /
-  ``exports.run``; a missing ``run`` is only detected when the code runs. ``run`` may be
-  ``async`` or return a Promise in JavaScript; in Python it must be a plain ``def``.
-* ``timeout``: milliseconds, 1..86_400_000, default 30_000. It INCLUDES process start-up.
-
-Syntax errors of both languages are refused at registration with :class:`JsCompileFailedError`
-(``hai:scheduler:030``) naming the line; nothing is executed to find them (``compile()`` for
-Python, ``node --check`` for JavaScript).
-
-What ``run`` receives and what the attempt returns
---------------------------------------------------
-``run(context)`` gets the :class:`ExecutionContext` as a plain JSON object: ``task_id``,
-``occurrence_id``, ``execution_token``, ``sequence``, ``attempt``, ``trigger``, ``source``,
-``scheduled_minute``, ``params``.
-
-Outcome shapes (the contract tested in ``tests/integration/test_code_executor.py``):
-
-* success, nothing printed: ``Outcome.result`` is exactly what ``run`` returned;
-* success, something printed on stdout or stderr:
-  ``Outcome.result == {"value": <run's return value>, "stdout": "...", "stderr": "..."}``;
-* failure: ``Outcome.error`` is a one-line summary, then (for exceptions) a short traceback
-  tail, then the captured ``--- stdout ---`` / ``--- stderr ---`` sections when non-empty.
-
-Each captured stream keeps its first 64 KiB; a cut stream ends with ``[truncated: N bytes dropped]``.
-The return value must be JSON: Python uses ``json.dumps(..., allow_nan=False)``; JavaScript uses
-``JSON.stringify`` semantics (``undefined`` becomes ``null``, a ``BigInt`` fails the attempt).
-
-The attempt ends when ``run`` returns (or its Promise settles): the child then exits at once
-(Python uses ``os._exit``, so close your files inside ``run``), and anything the code left
-running -- threads, timers, child processes in its process group -- is killed with the group.
+SECURITY WARNING: THIS IS NOT A SANDBOX. The code is TRUSTED, server-side code of the application's
+operators and runs with the node's full privileges; never accept it from end users. Config, outcome
+shapes and the process lifecycle: docs/executors-and-providers.md.
 """
 
 from __future__ import annotations
@@ -300,7 +252,7 @@ class _CodeExecutor(ABC):
 
 
 class PythonCodeExecutor(_CodeExecutor):
-    """``kind: python``: TRUSTED code only -- see the module docstring. Not a sandbox."""
+    """``kind: python``: TRUSTED code only. Not a sandbox (docs/executors-and-providers.md)."""
 
     kind = "python"
     language = "Python"
@@ -324,7 +276,7 @@ def _find_node() -> str:
 
 
 class JavaScriptCodeExecutor(_CodeExecutor):
-    """``kind: js``: TRUSTED code only -- see the module docstring. Not a sandbox. Needs ``node`` on PATH."""
+    """``kind: js``: TRUSTED code only. Not a sandbox (docs/executors-and-providers.md). Needs ``node`` on PATH."""
 
     kind = "js"
     language = "JavaScript"

@@ -21,6 +21,8 @@ from scheduler_core.errors import InvalidRecipientError, ReachConfigError, Unsup
 from scheduler_core.reach.base import Delivery, Provider, RenderedMessage
 from scheduler_core.reach.providers import build_provider, build_providers
 from scheduler_core.reach.providers.sms import signature
+from scheduler_core.transport.deadline import WATCHDOG_THREAD
+from scheduler_core.transport.exchange import WORKER_THREAD
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.sms_api_server import AliyunSmsServer, JsonApiServer
 from tests.helpers.smtp_server import SmtpServer
@@ -32,13 +34,13 @@ KEY_ID, KEY_SECRET = "LTAI-test-id", "test-secret-Zk9"
 
 
 def _threads() -> set[str]:
-    return {thread.name for thread in threading.enumerate() if thread.name == "hai-reach-deadline"}
+    return {thread.name for thread in threading.enumerate() if thread.name in (WATCHDOG_THREAD, WORKER_THREAD)}
 
 
 @pytest.fixture(autouse=True)
 def _no_watchdog_left() -> Iterator[None]:
     yield
-    assert not _threads(), "a deadline watchdog outlived its send"
+    assert not _threads(), "a deadline watchdog or an HTTP worker outlived its send"
 
 
 @pytest.fixture

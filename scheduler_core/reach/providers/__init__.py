@@ -8,8 +8,8 @@
 ['hook', 'mail']
 
 Types: ``smtp`` (:mod:`.smtp`), ``api`` (:mod:`.webhook`), ``aliyun-sms`` (:mod:`.sms`) and
-``console`` (:mod:`.console`). Each module's docstring lists its settings and how every delivery
-outcome is classified (``sent``, ``started``, ``failure_class``).
+``console`` (:mod:`.console`). docs/executors-and-providers.md lists each type's settings and how
+every delivery outcome is classified (``sent``, ``started``, ``failure_class``).
 
 Validation is complete before anything is built or connected: every invalid value raises
 :class:`ReachConfigError` whose ``field`` is ``providers.<name>.<setting>`` (``providers[<i>].name``

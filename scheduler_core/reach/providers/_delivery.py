@@ -1,4 +1,4 @@
-"""What every network provider shares: building Delivery values, one deadline per send, safe error text.
+"""What every network provider shares: building Delivery values, the time a send may take, safe error text.
 
 ``started`` is the line the delivery queue acts on. ``started=False`` means the provider cannot have
 received the message (no connection, or a definite refusal before the content was handed over), so
@@ -9,17 +9,13 @@ deduplicates (idempotent api providers) and turns everything else into ``unknown
 
 from __future__ import annotations
 
-import contextlib
 import re
-import socket
-import threading
 import uuid
-from collections.abc import Callable, Iterable
-from types import TracebackType
+from collections.abc import Iterable
 
-from scheduler_core.executors.http import _root_cause
 from scheduler_core.reach.base import Delivery, FailureClass
 from scheduler_core.secrets import MASK
+from scheduler_core.transport import root_cause
 
 ERROR_MAX = 300
 _QUERY = re.compile(r"\?[^\s'\")]*")  # a URL's query string: may hold a signature, a phone number, a body
@@ -64,7 +60,7 @@ def safe_error(exc: BaseException, scrub: Iterable[str | None] = ()) -> str:
     not a wrapper quoting the URL; ``scrub`` removes anything sensitive that may still be quoted
     (a password, a recipient, a secret).
     """
-    root = _root_cause(exc)
+    root = root_cause(exc)
     detail = root.strerror if isinstance(root, OSError) and root.strerror else str(root)
     text = f"{type(root).__name__}: {detail}" if detail else type(root).__name__
     text = _QUERY.sub("?" + MASK, text)
@@ -72,52 +68,3 @@ def safe_error(exc: BaseException, scrub: Iterable[str | None] = ()) -> str:
         if value and len(value) >= 4:  # shorter ones would mangle the text more than they could leak
             text = text.replace(value, MASK)
     return text[:200]
-
-
-def shutdown_socket(sock: socket.socket | None) -> None:
-    """Wake every thread blocked on ``sock`` (connect, send, recv); never closes the descriptor."""
-    if sock is not None:
-        with contextlib.suppress(OSError):  # closed already, or never connected
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-class Watchdog:
-    """Calls ``stop`` once if the deadline passes before :meth:`finish`; ``fired`` says whether it did.
-
-    The sending thread does the work; a timer thread enforces the deadline by shutting the
-    connection down, which makes any blocked socket call fail at once. Per-operation socket
-    timeouts alone would let a server that trickles one byte a second hold a send forever. The
-    lock makes ``finish`` and ``stop`` exclusive: once ``finish`` returned, ``stop`` never runs,
-    so the caller may close its sockets safely. Name resolution cannot be interrupted.
-    """
-
-    def __init__(self, timeout_ms: int, stop: Callable[[], object]) -> None:
-        self._stop = stop
-        self._lock = threading.Lock()
-        self._finished = False
-        self.fired = False
-        self._timer = threading.Timer(timeout_ms / 1000, self._fire)
-        self._timer.name = "hai-reach-deadline"
-        self._timer.daemon = True
-
-    def _fire(self) -> None:
-        with self._lock:
-            if self._finished:
-                return
-            self.fired = True
-            self._stop()
-
-    def finish(self) -> None:
-        with self._lock:
-            self._finished = True
-        self._timer.cancel()
-        if self._timer.is_alive() and self._timer is not threading.current_thread():
-            self._timer.join()
-
-    def __enter__(self) -> Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.finish()

@@ -1,41 +1,7 @@
 """``type: aliyun-sms``: Alibaba Cloud SMS (Dysmsapi ``SendSms``, RPC signature version 1.0).
 
-Config::
-
-    {"name": "sms", "type": "aliyun-sms", "access_key_id": "LTAI...", "access_key_secret": "...",
-     "sign_name": "My Shop", "template_code": "SMS_123", "region_id": "cn-hangzhou",
-     "endpoint": "https://dysmsapi.aliyuncs.com/", "timeout_ms": 30000}
-
-One signed GET per delivery. ``TemplateCode`` is ``message.extra["template_code"]`` or the
-provider's ``template_code``; ``TemplateParam`` is the JSON of ``message.extra["template_param"]``
-or ``{"content": <body>}``. The signature: ``StringToSign = "GET&%2F&" + pe(canonical query)``
-where the canonical query is the sorted ``pe(key)=pe(value)`` pairs joined by ``&`` and ``pe`` is
-RFC 3986 percent-encoding (only ``A-Z a-z 0-9 - _ . ~`` stay as they are; space is ``%20``, ``*`` is
-``%2A``); ``Signature = base64(HMAC-SHA1(access_key_secret + "&", StringToSign))``.
-
-Recipient: one phone number, ``+?[0-9]{6,15}`` (E.164 digits, ``+`` optional).
-
-Classification, and why
------------------------
-====================================================  =======  ====================
-what happened                                         started  failure_class
-====================================================  =======  ====================
-``Code == "OK"``                                      (sent)   message_id = BizId
-not connected (DNS, refused, connect timeout, TLS)    False    provider_unavailable
-connection lost or deadline after connecting          True     transient_failure
-HTTP 5xx / 408 / 425 / 429; Throttling*, isp.* (but   True     transient_failure
-RAM_PERMISSION_DENY), isv.BUSINESS_LIMIT_CONTROL,
-isv.DAY_LIMIT_CONTROL, isv.AMOUNT_NOT_ENOUGH,
-ServiceUnavailable, InternalError, SignatureNonceUsed
-an answer without a result code (2xx)                 True     transient_failure
-any other code (isv.MOBILE_NUMBER_ILLEGAL, template,   True     permanent_rejection
-signature, key ...) or other 4xx
-====================================================  =======  ====================
-
-SendSms has no idempotency key, so every failure after connecting is ``started``: the gateway may
-have queued the text even when its answer was an error or never arrived, and sending again would
-text the person twice. The queue turns those into ``unknown`` for an operator to check against
-the SMS console. The answer's ``Message`` text is never kept: it can quote the number.
+One signed GET per delivery; SendSms has no idempotency key, so every failure after connecting is
+started. Config, signing and the result-code classification: docs/executors-and-providers.md.
 """
 
 from __future__ import annotations
@@ -67,7 +33,7 @@ from scheduler_core.reach.providers._delivery import (
     no_time_left,
     not_started,
 )
-from scheduler_core.reach.providers._http import HttpAnswer, exchange, no_answer
+from scheduler_core.reach.providers._http import HttpAnswer, no_answer, request_json
 from scheduler_core.secrets import MASK
 
 SETTINGS = ("access_key_id", "access_key_secret", "sign_name", "template_code", "region_id", "endpoint",
@@ -123,7 +89,7 @@ def is_transient_code(code: str) -> bool:
 
 @dataclass(eq=False)
 class AliyunSmsProvider:
-    """Sends each message as one Alibaba Cloud ``SendSms`` call (see the module docstring)."""
+    """Sends each message as one Alibaba Cloud ``SendSms`` call (docs/executors-and-providers.md)."""
 
     name: str
     access_key_id: str = field(repr=False)
@@ -176,8 +142,8 @@ class AliyunSmsProvider:
         budget = budget_ms(self.timeout_ms, timeout_ms)
         if budget is None:
             return no_time_left()
-        answer = exchange("GET", self.signed_url(params), timeout_ms=budget,
-                          scrub=[self.access_key_secret, message.to])
+        answer = request_json("GET", self.signed_url(params), timeout_ms=budget,
+                              scrub=[self.access_key_secret, message.to])
         return _judge(answer, budget)
 
     def snapshot(self) -> dict[str, Any]:
@@ -192,7 +158,7 @@ def _judge(answer: HttpAnswer, budget: int) -> Delivery:
     if status is None:
         return no_answer(answer, budget)
     data = answer.data if isinstance(answer.data, dict) else {}
-    code = data.get("Code")
+    code = data.get("Code")  # Code and the ids only: the answer's Message text can quote the number
     code = code[:100] if isinstance(code, str) and code.isprintable() else None
     if 200 <= status < 300 and code == "OK":
         message_id = data.get("BizId") or data.get("RequestId")

@@ -1,46 +1,7 @@
 """``type: smtp``: one SMTP session (smtplib) per delivery, under one deadline.
 
-Config::
-
-    {"name": "mail", "type": "smtp", "host": "smtp.example.com", "port": 587, "tls": "starttls",
-     "username": "robot", "password": "...", "from": "noreply@example.com", "timeout_ms": 30000}
-
-``tls``: ``starttls`` (default, port 587), ``implicit`` (SMTPS, port 465) or ``none`` (port 25).
-Certificates and host names are verified (the system's CA store). The message is a text/plain
-UTF-8 ``EmailMessage`` (quoted-printable) with From, To, Subject, Date and a generated Message-ID,
-which is the ``message_id`` of a successful delivery. Recipient: one plain email address (ASCII,
-no display name, no CR/LF; see ``_config.is_email``).
-
-One deadline (the provider's ``timeout_ms`` or the caller's, whichever is shorter) covers the whole
-session: a watchdog shuts the connection down when it passes, so a server answering one byte a
-second cannot hold a send. Before the socket exists (name resolution, TCP connect and, for
-implicit TLS, the handshake) smtplib's socket timeout, set to the same budget, bounds each step.
-
-Classification, and why
------------------------
-SMTP has no idempotency key: a message handed over twice is delivered twice. What matters is
-whether the server may hold the message. Until DATA it has at most seen the envelope, and a
-refused MAIL FROM or RCPT TO is final (a server must not deliver to a refused recipient), so
-those failures are not ``started``. From the DATA command on, the content may have been taken:
-a lost reply or a timeout leaves the delivery ambiguous, and the queue turns every started SMTP
-failure into ``unknown`` rather than sending twice. An error reply to DATA is reported as started
-too (conservative: the same class as a reply that never came).
-
-===========================================================  =======  ====================
-where it ended                                               started  failure_class
-===========================================================  =======  ====================
-connect: DNS, refused, timeout, greeting refused, TLS or     False    provider_unavailable
-STARTTLS failed
-AUTH refused (5xx), or the server offers no usable AUTH      False    permanent_rejection
-AUTH 4xx; connection lost or deadline before DATA            False    transient_failure
-MAIL FROM / RCPT TO answered 4xx                             False    transient_failure
-MAIL FROM / RCPT TO answered 5xx                             False    permanent_rejection
-DATA: 4xx reply, connection lost, deadline                   True     transient_failure
-DATA: 5xx reply                                              True     permanent_rejection
-===========================================================  =======  ====================
-
-Errors quote reply codes, never reply texts (they often repeat the address), the body or the
-password.
+A failure before DATA is not started (the server has at most seen the envelope); from DATA on it is
+started. Config, TLS modes and the full classification: docs/executors-and-providers.md.
 """
 
 from __future__ import annotations
@@ -57,16 +18,15 @@ from typing import Any, Literal
 from scheduler_core.reach.base import Delivery, RenderedMessage
 from scheduler_core.reach.providers._config import Settings, is_email, refuse_recipient
 from scheduler_core.reach.providers._delivery import (
-    Watchdog,
     ambiguous,
     budget_ms,
     delivered,
     no_time_left,
     not_started,
     safe_error,
-    shutdown_socket,
 )
 from scheduler_core.secrets import MASK
+from scheduler_core.transport import Watchdog, shutdown_socket
 
 SETTINGS = ("host", "port", "tls", "username", "password", "from", "timeout_ms")
 TLS_MODES = ("starttls", "implicit", "none")
@@ -87,7 +47,7 @@ def _address_literal(client: smtplib.SMTP) -> str:
 
 @dataclass(eq=False)
 class SmtpProvider:
-    """Sends each message in its own SMTP session (see the module docstring for the rules)."""
+    """Sends each message in its own SMTP session (docs/executors-and-providers.md)."""
 
     name: str
     host: str
@@ -166,7 +126,7 @@ class _Session:
 
     def deliver(self, payload: bytes, message_id: str) -> Delivery:
         try:
-            with Watchdog(self.budget, lambda: shutdown_socket(self.client.sock)) as dog:
+            with Watchdog(self.budget, lambda _cause: shutdown_socket(self.client.sock)) as dog:
                 try:
                     return self._converse(payload, message_id)
                 except smtplib.SMTPResponseException as exc:
@@ -209,6 +169,7 @@ class _Session:
         return not_started(_reply_class(code), f"SMTP {code} at {command}; not sent")
 
     def _answered(self, code: int, exc: smtplib.SMTPResponseException) -> Delivery:
+        # The reply code only: reply texts often repeat the address.
         if self.phase == "connect":  # greeting or STARTTLS refused
             return not_started("provider_unavailable", f"SMTP {code} while connecting; not sent")
         if self.phase == "data":

@@ -1,38 +1,7 @@
 """``type: api``: a webhook. One JSON POST per delivery, under one deadline.
 
-Config::
-
-    {"name": "webhook", "type": "api", "url": "https://hooks.example/notify",
-     "headers": {"Authorization": "Bearer ..."}, "timeout_ms": 30000, "idempotent": false}
-
-The request body is ``{"to", "subject", "body", "extra"}``. When the provider is ``idempotent`` and
-the caller gives an idempotency key (the queue gives its queue id, the same on every try), every
-try also carries ``Idempotency-Key: <key>`` and ``"idempotencyKey": <key>`` in the body. A
-non-idempotent provider never sends the key: it would suggest a deduplication nobody promised.
-
-Recipient: ``to`` is opaque to us. It is posted in the body for the receiver to interpret (a user
-id, a channel, a chat-bot URL, ...) and is never a place we connect to: the request always goes to
-the configured ``url``, so a recipient cannot redirect a delivery. Rule: 1..512 characters, no
-control or invisible characters, no surrounding whitespace; one that starts with ``http://`` or
-``https://`` must be a valid URL with a host (a broken URL is a mistake, not an id).
-
-Classification, and why
------------------------
-=================================================  =======  ======================
-what happened                                      started  failure_class
-=================================================  =======  ======================
-2xx                                                (sent)   message_id: JSON ``messageId``/``id``,
-                                                            else the idempotency key, else generated
-not connected: DNS, refused, connect timeout, TLS  False    provider_unavailable
-connection lost or deadline after connecting       True     transient_failure
-408, 425, 429, 5xx                                 True     transient_failure
-any other status (3xx is not followed, other 4xx)  True     permanent_rejection
-=================================================  =======  ======================
-
-Every answer after connecting is ``started``: a 500 can come after the receiver acted, and a lost
-answer says nothing. Only an idempotent receiver makes such a delivery safe to try again; for the
-others the queue marks it ``unknown`` so that nobody is notified twice by a blind retry.
-Redirects are not followed: that would send our headers (and their credentials) elsewhere.
+Every answer after connecting is started; only an idempotent provider sends the idempotency key.
+Config, recipient rule and classification: docs/executors-and-providers.md.
 """
 
 from __future__ import annotations
@@ -60,7 +29,7 @@ from scheduler_core.reach.providers._delivery import (
     no_time_left,
     not_started,
 )
-from scheduler_core.reach.providers._http import HttpAnswer, exchange, no_answer
+from scheduler_core.reach.providers._http import HttpAnswer, no_answer, request_json
 from scheduler_core.secrets import is_secret_name, mask_headers
 
 SETTINGS = ("url", "headers", "timeout_ms", "idempotent")
@@ -82,7 +51,7 @@ def _message_id(data: Any) -> str | None:
 
 @dataclass(eq=False)
 class WebhookProvider:
-    """Posts each message as JSON to one URL (see the module docstring for the rules)."""
+    """Posts each message as JSON to one URL (docs/executors-and-providers.md)."""
 
     name: str
     url: str = field(repr=False)  # may hold credentials
@@ -132,8 +101,8 @@ class WebhookProvider:
         if budget is None:
             return no_time_left()
         scrub = [value for name, value in self.headers.items() if is_secret_name(name)]
-        answer = exchange("POST", self.url, timeout_ms=budget, headers=headers, json_body=payload,
-                          scrub=[*scrub, urlsplit(self.url).password, message.to])
+        answer = request_json("POST", self.url, timeout_ms=budget, headers=headers, json_body=payload,
+                              scrub=[*scrub, urlsplit(self.url).password, message.to])
         return self._judge(answer, budget, key)
 
     def _judge(self, answer: HttpAnswer, budget: int, key: str | None) -> Delivery:

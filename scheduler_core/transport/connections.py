@@ -1,15 +1,13 @@
-"""Watched HTTP connections: every socket is registered before it connects, so a watchdog
-thread can shut it down at once -- on the attempt's deadline or on cancellation -- wherever
-the request is blocked (connect, send, or a body that trickles in one byte a second).
+"""Watched HTTP connections: every socket is handed to a :class:`Watch` before it connects, so a
+watchdog can shut it down at once wherever the request is blocked (connect, send, or a body that
+trickles in one byte a second).
 
-A connection is marked *established* once it is up (after the TLS handshake for HTTPS):
-that is the line between "nothing was sent" (a definite failure) and "the request may have
-reached the server" (an ambiguous outcome).
+A connection is marked *established* once it is up (after the TLS handshake for HTTPS): that is
+the line between "nothing was sent" and "the request may have reached the server".
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import sys
 import threading
@@ -21,52 +19,47 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.connection import allowed_gai_family
 
-from scheduler_core.executors.base import Outcome
+from scheduler_core.transport.deadline import StopCause, shutdown_socket
 
 
-class _Stopped(OSError):
-    """Raised in the worker when it tries to go on after the watchdog stopped the attempt."""
-
-
-def _shutdown(sock: socket.socket) -> None:
-    # The plain socket call, also for an SSLSocket: it wakes every thread blocked on the descriptor.
-    with contextlib.suppress(OSError):  # closed already, or never connected
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+class StoppedError(OSError):
+    """Raised in the working thread when it tries to go on after the watchdog stopped the exchange."""
 
 
 class Watch:
-    """What the watchdog (calling thread) and the worker share about one attempt."""
+    """What the working thread and the watchdog share about one exchange: its sockets and how it ended."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
-        self._stopped = False
+        self._finished = False
+        self.stopped_by: StopCause | None = None
         self.established = False  # a connection is up: from now on the request may reach the server
-        self.done = threading.Event()
-        self.outcome: Outcome | None = None
+        self.settled = threading.Event()  # set by finish or by a stop that took effect
 
     def adopt(self, sock: socket.socket, established: bool = False) -> None:
         """Register a socket before it connects (or, ``established``, once it is ready to send)."""
         with self._lock:
-            if self._stopped:
-                raise _Stopped("the attempt was stopped")
+            if self.stopped_by is not None:
+                raise StoppedError("the exchange was stopped")
             self._sockets.append(sock)
             self.established = self.established or established
 
-    def stop(self) -> bool | None:
-        """Shut the attempt's sockets down; None if the worker had finished, else whether it was sent."""
+    def stop(self, cause: StopCause) -> None:
+        """Shut the sockets down, unless the working thread finished first (then nothing changes)."""
         with self._lock:
-            if self.done.is_set():
-                return None
-            self._stopped = True
+            if self._finished or self.stopped_by is not None:
+                return
+            self.stopped_by = cause
             for sock in self._sockets:
-                _shutdown(sock)
-            return self.established
+                shutdown_socket(sock)
+            self.settled.set()
 
-    def finish(self, outcome: Outcome) -> None:
+    def finish(self) -> None:
+        """The working thread is done with the network: from now on ``stop`` does nothing."""
         with self._lock:
-            self.outcome = outcome
-            self.done.set()
+            self._finished = True
+            self.settled.set()
 
 
 def _connect_socket(conn: HTTPConnection, watch: Watch) -> socket.socket:
