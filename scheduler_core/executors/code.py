@@ -26,6 +26,7 @@ from scheduler_core.errors import ConfigError, JsCompileFailedError
 from scheduler_core.executors.base import ExecutionContext, ExecutionRequest, Outcome, OutcomeStatus
 from scheduler_core.executors.code_bootstrap import JS_BOOTSTRAP, PYTHON_BOOTSTRAP
 from scheduler_core.executors.worker_process import OUTPUT_LIMIT_BYTES, RESULT_LIMIT_BYTES, Finished, run_child
+from scheduler_core.validation import check_int, check_text
 
 MAX_CODE_CHARS = 100_000
 DEFAULT_TIMEOUT_MS = 30_000
@@ -51,18 +52,8 @@ def _parse_settings(config: Mapping[str, Any], kind: str) -> _Settings:
             raise ConfigError(f"handler.{key}", f"is not a {kind} handler setting (use code, timeout)")
     if config.get("kind") != kind:
         raise ConfigError("handler.kind", f"must be {kind!r}")
-    code = config.get("code")
-    if not isinstance(code, str) or not code.strip():
-        raise ConfigError("handler.code", "must be a non-empty string")
-    if len(code) > MAX_CODE_CHARS:
-        raise ConfigError("handler.code", f"must be at most {MAX_CODE_CHARS} characters (got {len(code)})")
-    if "\0" in code:
-        raise ConfigError("handler.code", "must not contain NUL characters")
-    timeout = config.get("timeout", DEFAULT_TIMEOUT_MS)
-    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= MAX_TIMEOUT_MS:
-        raise ConfigError("handler.timeout", f"must be an integer number of ms between 1 and {MAX_TIMEOUT_MS} "
-                                             f"(got {timeout!r})")
-    return _Settings(code, timeout)
+    code = check_text(config.get("code"), "handler.code", MAX_CODE_CHARS)
+    return _Settings(code, check_int(config.get("timeout", DEFAULT_TIMEOUT_MS), "handler.timeout", 1, MAX_TIMEOUT_MS))
 
 
 def _check_python_syntax(code: str) -> None:

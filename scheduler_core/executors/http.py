@@ -20,6 +20,7 @@ from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.secrets import MASK, is_secret_name, mask_url
 from scheduler_core.transport import HttpRequest, HttpResult, exchange, root_cause
+from scheduler_core.validation import check_int
 
 __all__ = ["HttpExecutor", "request_headers"]
 
@@ -103,10 +104,7 @@ def _validate_body(value: Any) -> None:
 
 
 def _validate_int(config: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = config.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"handler.{name}", f"must be an integer between {low} and {high} (got {value!r})")
-    return value
+    return check_int(config.get(name, default), f"handler.{name}", low, high)
 
 
 # --- one attempt: what its exchange means -----------------------------------------

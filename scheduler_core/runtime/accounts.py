@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.store.users import ROLES, AuditEntry, AuditRepository, LastAdminError, User, UserRepository
-from scheduler_core.validation import check_page
+from scheduler_core.validation import check_ms, check_page
 
 __all__ = ["MIN_PASSWORD", "ROLES", "Accounts", "AuditEntry", "AuditTrail", "LastAdminError", "User",
            "check_new_password", "check_role", "check_username"]
@@ -67,9 +67,7 @@ def check_new_password(password: Any, confirm: Any) -> str:
 
 
 def _version(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError("expected_updated_at", f"must be the user's version, an integer >= 0 (got {value!r})")
-    return value
+    return check_ms(value, "expected_updated_at")
 
 
 def _hash(value: Any) -> str:

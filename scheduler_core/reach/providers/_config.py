@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from scheduler_core.errors import InvalidRecipientError, ReachConfigError
 from scheduler_core.secrets import mask_url
+from scheduler_core.validation import check_bool, check_encodable, check_int
 
 DEFAULT_TIMEOUT_MS = 30_000
 TIMEOUT_RANGE_MS = (1_000, 86_400_000)
@@ -97,7 +98,7 @@ class Settings:
             self.fail(key, f"must be at most {max_length} characters")
         if has_unprintable(value):
             self.fail(key, "must not contain control characters")
-        return value
+        return check_encodable(value, self.field(key), ReachConfigError)
 
     def required_text(self, key: str, max_length: int = TEXT_MAX) -> str:
         value = self.text(key, required=True, max_length=max_length)
@@ -105,19 +106,13 @@ class Settings:
         return value
 
     def integer(self, key: str, default: int, low: int, high: int) -> int:
-        value = self._config.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            self.fail(key, f"must be an integer between {low} and {high} (got {value!r})")
-        return value
+        return check_int(self._config.get(key, default), self.field(key), low, high, ReachConfigError)
 
     def timeout_ms(self) -> int:
         return self.integer("timeout_ms", DEFAULT_TIMEOUT_MS, *TIMEOUT_RANGE_MS)
 
     def boolean(self, key: str, default: bool) -> bool:
-        value = self._config.get(key, default)
-        if not isinstance(value, bool):
-            self.fail(key, f"must be true or false (got {type(value).__name__})")
-        return value
+        return check_bool(self._config.get(key, default), self.field(key), ReachConfigError)
 
     def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
         value = self._config.get(key, default)
