@@ -18,12 +18,13 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.store.users import ROLES, AuditEntry, AuditRepository, LastAdminError, User, UserRepository
-from scheduler_core.validation import check_ms, check_page
+from scheduler_core.validation import check_bool, check_json, check_ms, check_optional_text, check_page, check_text
 
 __all__ = ["MIN_PASSWORD", "ROLES", "Accounts", "AuditEntry", "AuditTrail", "LastAdminError", "User",
            "check_new_password", "check_role", "check_username"]
 MAX_NAME = 64
 MAX_REASON = 2000
+TARGET_MAX = 255  # what an action was about: a task id, an occurrence id, a template name
 MIN_PASSWORD = 8
 MAX_PASSWORD = 1024  # hashing is deliberately slow: bound the work one form can ask for
 MAX_HASH = 255  # the column's width
@@ -31,9 +32,7 @@ USERNAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")  # ASCII only: no look-alike let
 
 
 def _name(field: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME:
-        raise ConfigError(field, f"must be 1..{MAX_NAME} characters (got {value!r})")
-    return value.strip()
+    return check_text(value, field, MAX_NAME, single_line=True)
 
 
 def check_username(value: Any, field: str = "name") -> str:
@@ -94,13 +93,16 @@ class Accounts:
         return self._repo.count_enabled_admins()
 
     def get(self, name: str) -> User | None:
-        return self._repo.get(name) if isinstance(name, str) and 0 < len(name) <= MAX_NAME else None
+        """The user, or None -- also for a text no user can be named (a login form's typo)."""
+        if not isinstance(name, str):
+            raise ConfigError("name", f"must be a string (got {type(name).__name__})")
+        return self._repo.get(name) if USERNAME.fullmatch(name) else None
 
     def page(self, after: str | None = None, limit: int = 100) -> list[User]:
         """Users by name, at most ``limit`` after the name ``after``."""
         check_page(limit, 0)
-        if after is not None and (not isinstance(after, str) or len(after) > MAX_NAME):
-            raise ConfigError("after", f"must be a user name of at most {MAX_NAME} characters")
+        if after is not None:
+            check_text(after, "after", MAX_NAME, blank=True)
         return self._repo.page(after or None, limit)
 
     def create(self, name: str, role: str, password_hash: str) -> bool:
@@ -119,14 +121,13 @@ class Accounts:
 
     def set_disabled(self, name: str, disabled: bool, expected_updated_at: int, actor: str | None = None) -> User:
         """Disable (or enable) ``name``; ``actor``, the admin asking, may not disable themselves."""
-        if not isinstance(disabled, bool):
-            raise ConfigError("disabled", f"must be true or false (got {disabled!r})")
+        check_bool(disabled, "disabled")
         if disabled and actor is not None and actor == name:
             raise ConfigError("disabled", "you cannot disable your own account")
         return self._repo.set_disabled(_name("name", name), disabled, _version(expected_updated_at))
 
     def record_login(self, name: str) -> None:
-        self._repo.record_login(name)
+        self._repo.record_login(_name("name", name))
 
 
 class AuditTrail:
@@ -137,11 +138,15 @@ class AuditTrail:
 
     def record(self, actor: str, action: str, target: str | None, *, before: Any = None, after: Any = None,
                reason: str | None = None) -> str:
-        if reason is not None and len(reason) > MAX_REASON:
-            raise ConfigError("reason", f"must be at most {MAX_REASON} characters")
+        check_optional_text(reason, "reason", MAX_REASON)
+        check_optional_text(target, "target", TARGET_MAX)
+        check_json(before, "before")
+        check_json(after, "after")
         return self._repo.record(_name("actor", actor), _name("action", action), target, before, after, reason)
 
     def list(self, actor: str | None = None, action: str | None = None, limit: int = 50,
              offset: int = 0) -> list[AuditEntry]:
         check_page(limit, offset)
-        return self._repo.list(actor or None, action or None, limit, offset)
+        actor = check_optional_text(actor or None, "actor", MAX_NAME)
+        action = check_optional_text(action or None, "action", MAX_NAME)
+        return self._repo.list(actor, action, limit, offset)
