@@ -38,6 +38,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from scheduler_core.errors import ConfigError, InvalidCronError
+from scheduler_core.validation import shown
 
 __all__ = [
     "MAX_UPCOMING",
@@ -136,7 +137,7 @@ def validate_timezone(name: str | None) -> str:
 
 def _parse(expr: str) -> _Schedule:
     if not isinstance(expr, str):  # checked before the cache, which needs a hashable key
-        raise InvalidCronError(f"cron: expected a string, got {type(expr).__name__}", cron=repr(expr))
+        raise InvalidCronError(f"cron: expected a string, got {type(expr).__name__}", cron=shown(expr))
     return _schedule(expr)
 
 

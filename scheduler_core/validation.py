@@ -34,7 +34,7 @@ def fail(error: FieldError, field: str, message: str) -> NoReturn:
 def check_int(value: Any, field: str, low: int, high: int, error: FieldError = ConfigError) -> int:
     """An integer (not a bool) in ``low..high``."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        fail(error, field, f"must be an integer between {low} and {high} (got {_shown(value)})")
+        fail(error, field, f"must be an integer between {low} and {high} (got {shown(value)})")
     return value
 
 
@@ -45,7 +45,7 @@ def check_optional_int(value: Any, field: str, low: int, high: int, error: Field
 def check_ms(value: Any, field: str, error: FieldError = ConfigError) -> int:
     """Unix milliseconds: 0..2**53-1."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MS:
-        fail(error, field, f"must be unix milliseconds, an integer between 0 and {MAX_MS} (got {_shown(value)})")
+        fail(error, field, f"must be unix milliseconds, an integer between 0 and {MAX_MS} (got {shown(value)})")
     return value
 
 
@@ -55,7 +55,7 @@ def check_optional_ms(value: Any, field: str, error: FieldError = ConfigError) -
 
 def check_bool(value: Any, field: str, error: FieldError = ConfigError) -> bool:
     if not isinstance(value, bool):
-        fail(error, field, f"must be true or false (got {_shown(value)})")
+        fail(error, field, f"must be true or false (got {shown(value)})")
     return value
 
 
@@ -107,7 +107,7 @@ def check_optional_id(value: Any, field: str, error: FieldError = ConfigError) -
 def check_choice(value: Any, field: str, choices: type[S], error: FieldError = ConfigError) -> S:
     """A member of the StrEnum ``choices``, given as its string."""
     if not isinstance(value, str) or value not in choices._value2member_map_:
-        fail(error, field, f"must be one of {', '.join(choices)} (got {_shown(value)})")
+        fail(error, field, f"must be one of {', '.join(choices)} (got {shown(value)})")
     return choices(value)
 
 
@@ -142,7 +142,7 @@ def check_json(value: Any, field: str, error: FieldError = ConfigError, depth: i
     elif isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
-                fail(error, field, f"object keys must be strings (got {_shown(key)})")
+                fail(error, field, f"object keys must be strings (got {shown(key)})")
             check_encodable(key, field, error)
             check_json(item, f"{field}.{key}", error, depth + 1)
     else:
@@ -159,7 +159,7 @@ def check_json_object(value: Any, field: str, error: FieldError = ConfigError) -
     return dict(value)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A refused value as a message shows it: short, and never a huge or binary blob."""
     try:
         text = repr(value)

@@ -18,7 +18,7 @@ from sqlalchemy.exc import ArgumentError
 
 from scheduler_core.errors import DatabaseConfigError
 from scheduler_core.secrets import MASK
-from scheduler_core.validation import check_int, check_text
+from scheduler_core.validation import check_int, check_text, shown
 
 DatabaseType = Literal["sqlite", "postgresql", "mysql"]
 
@@ -269,5 +269,5 @@ _NO_VALUE = object()
 
 def _fail(name: str, message: str, value: Any = _NO_VALUE) -> NoReturn:
     if value is not _NO_VALUE and name not in ("password", "tls.key"):
-        message = f"{message} (got {value!r})"
+        message = f"{message} (got {shown(value)})"
     raise DatabaseConfigError(name, message)

@@ -11,6 +11,7 @@ from scheduler_core.executors.base import CancelSignal, ExecutionContext, Execut
 from scheduler_core.executors.code import JavaScriptCodeExecutor, PythonCodeExecutor
 from scheduler_core.executors.hook import HookExecutor
 from scheduler_core.executors.http import HttpExecutor
+from scheduler_core.validation import shown
 
 
 def default_executors() -> list[Executor]:
@@ -32,7 +33,7 @@ class ExecutorRegistry:
         kind = handler.get("kind", "hook")
         executor = self._by_kind.get(kind) if isinstance(kind, str) else None
         if executor is None:
-            raise ConfigError("handler.kind", f"unsupported handler kind {kind!r}; "
+            raise ConfigError("handler.kind", f"unsupported handler kind {shown(kind)}; "
                                               f"use one of {', '.join(sorted(self._by_kind))}")
         return executor.validate(handler)
 

@@ -20,7 +20,7 @@ from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.secrets import MASK, is_secret_name, mask_url
 from scheduler_core.transport import HttpRequest, HttpResult, exchange, root_cause
-from scheduler_core.validation import check_int
+from scheduler_core.validation import check_int, shown
 
 __all__ = ["HttpExecutor", "request_headers"]
 
@@ -61,7 +61,7 @@ def _validate_url(value: Any) -> str:
 def _validate_method(value: Any) -> str:
     method = value.upper() if isinstance(value, str) else None
     if method not in METHODS:
-        raise ConfigError("handler.method", f"must be one of {', '.join(METHODS)} (got {value!r})")
+        raise ConfigError("handler.method", f"must be one of {', '.join(METHODS)} (got {shown(value)})")
     return method
 
 
@@ -219,7 +219,7 @@ class HttpExecutor:
             if key not in SETTINGS:
                 raise ConfigError(f"handler.{key}", "is not an api handler setting")
         if config.get("kind") != self.kind:
-            raise ConfigError("handler.kind", f"must be {self.kind!r} (got {config.get('kind')!r})")
+            raise ConfigError("handler.kind", f"must be {self.kind!r} (got {shown(config.get('kind'))})")
         normalised: dict[str, Any] = {
             "kind": self.kind,
             "url": _validate_url(config.get("url")),

@@ -14,7 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scheduler_core.errors import ReachConfigError
-from scheduler_core.validation import ID_MAX, check_bool, check_int, check_optional_text, check_text
+from scheduler_core.validation import ID_MAX, check_bool, check_int, check_optional_text, check_text, shown
 
 _WALL_TIME = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 DELAY_RANGE = (1_000, 86_400_000)
@@ -70,11 +70,11 @@ class DndConfig:
     def __post_init__(self) -> None:
         check_bool(self.enabled, "dnd.enabled", ReachConfigError)
         if not isinstance(self.strategy, str) or self.strategy not in ("discard", "delay"):
-            raise ReachConfigError("dnd.strategy", f"must be discard or delay (got {self.strategy!r})")
+            raise ReachConfigError("dnd.strategy", f"must be discard or delay (got {shown(self.strategy)})")
         for name in ("start", "end"):
             value = getattr(self, name)
             if not isinstance(value, str) or not _WALL_TIME.match(value):
-                raise ReachConfigError(f"dnd.{name}", f"must be a wall time HH:MM (got {value!r})")
+                raise ReachConfigError(f"dnd.{name}", f"must be a wall time HH:MM (got {shown(value)})")
         if self.start == self.end:
             raise ReachConfigError("dnd.end", "must differ from dnd.start")
         try:

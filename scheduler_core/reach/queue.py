@@ -42,6 +42,7 @@ from scheduler_core.validation import (
     check_ms,
     check_optional_text,
     check_page,
+    shown,
 )
 
 logger = logging.getLogger("scheduler_core.reach.queue")
@@ -361,7 +362,7 @@ def _queue_id(value: Any, field: str = "queue_id") -> str:
     try:
         return str(uuid.UUID(value))
     except (ValueError, TypeError, AttributeError):
-        raise ReachConfigError(field, f"must be a queue receipt UUID (got {value!r:.80})") from None
+        raise ReachConfigError(field, f"must be a queue receipt UUID (got {shown(value)})") from None
 
 
 def _int(value: Any, field: str, low: int, high: int) -> int:
@@ -371,7 +372,7 @@ def _int(value: Any, field: str, low: int, high: int) -> int:
 def _filter(status: Any, provider: Any, failure: Any, template: Any) -> QueueFilter:
     check_choice(status, "status", QueueStatus, ReachConfigError)
     if failure is not None and (not isinstance(failure, str) or failure not in FAILURE_CLASSES):
-        raise ReachConfigError("failure", f"must be one of {', '.join(FAILURE_CLASSES)} (got {failure!r:.80})")
+        raise ReachConfigError("failure", f"must be one of {', '.join(FAILURE_CLASSES)} (got {shown(failure)})")
     return QueueFilter(status, check_optional_text(provider, "provider", 64, ReachConfigError, single_line=True),
                        failure, check_optional_text(template, "template", ID_MAX, ReachConfigError))
 
@@ -382,7 +383,7 @@ def _cursor(value: Any) -> tuple[int, str] | None:
         return None
     at, _, queue_id = value.partition(".") if isinstance(value, str) else ("", "", "")
     if not at.isdigit() or len(at) > 16:
-        raise ReachConfigError("after", f"must be a page cursor <updated_at>.<queue_id> (got {value!r:.80})")
+        raise ReachConfigError("after", f"must be a page cursor <updated_at>.<queue_id> (got {shown(value)})")
     return int(at), _queue_id(queue_id, "after")
 
 

@@ -18,7 +18,15 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.store.users import ROLES, AuditEntry, AuditRepository, LastAdminError, User, UserRepository
-from scheduler_core.validation import check_bool, check_json, check_ms, check_optional_text, check_page, check_text
+from scheduler_core.validation import (
+    check_bool,
+    check_json,
+    check_ms,
+    check_optional_text,
+    check_page,
+    check_text,
+    shown,
+)
 
 __all__ = ["MIN_PASSWORD", "ROLES", "Accounts", "AuditEntry", "AuditTrail", "LastAdminError", "User",
            "check_new_password", "check_role", "check_username"]
@@ -39,17 +47,16 @@ def check_username(value: Any, field: str = "name") -> str:
     """A user name: 1..64 characters, ASCII letters, digits and ``.-_@``; not only dots (``.``
     and ``..`` could not be reached in a URL path)."""
     if not isinstance(value, str) or USERNAME.fullmatch(value) is None:
-        shown = value if not isinstance(value, str) or len(value) <= 80 else value[:80] + "..."
         raise ConfigError(field, f"must be 1..{MAX_NAME} characters, letters, digits and . - _ @ only "
-                                 f"(got {shown!r})")
+                                 f"(got {shown(value)})")
     if not value.strip("."):
-        raise ConfigError(field, f"must hold a letter, digit, -, _ or @, not only dots (got {value!r})")
+        raise ConfigError(field, f"must hold a letter, digit, -, _ or @, not only dots (got {shown(value)})")
     return value
 
 
 def check_role(value: Any, field: str = "role") -> str:
-    if value not in ROLES:
-        raise ConfigError(field, f"must be one of {', '.join(ROLES)} (got {value!r})")
+    if not isinstance(value, str) or value not in ROLES:
+        raise ConfigError(field, f"must be one of {', '.join(ROLES)} (got {shown(value)})")
     return str(value)
 
 
@@ -94,8 +101,7 @@ class Accounts:
 
     def get(self, name: str) -> User | None:
         """The user, or None -- also for a text no user can be named (a login form's typo)."""
-        if not isinstance(name, str):
-            raise ConfigError("name", f"must be a string (got {type(name).__name__})")
+        check_text(name, "name", MAX_PASSWORD, blank=True)  # a string any database can compare
         return self._repo.get(name) if USERNAME.fullmatch(name) else None
 
     def page(self, after: str | None = None, limit: int = 100) -> list[User]:

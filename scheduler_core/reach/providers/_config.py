@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from scheduler_core.errors import InvalidRecipientError, ReachConfigError
 from scheduler_core.secrets import mask_url
-from scheduler_core.validation import check_bool, check_encodable, check_int
+from scheduler_core.validation import check_bool, check_encodable, check_int, shown
 
 DEFAULT_TIMEOUT_MS = 30_000
 TIMEOUT_RANGE_MS = (1_000, 86_400_000)
@@ -116,8 +116,8 @@ class Settings:
 
     def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
         value = self._config.get(key, default)
-        if value not in options:
-            self.fail(key, f"must be one of {', '.join(options)} (got {value!r})")
+        if not isinstance(value, str) or value not in options:
+            self.fail(key, f"must be one of {', '.join(options)} (got {shown(value)})")
         return str(value)
 
     def host(self, key: str) -> str:
