@@ -37,6 +37,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.security import check_password_hash
 
 from scheduler_core.runtime.accounts import ROLES, Accounts
+from webapp.node import accounts_of
 
 bp = Blueprint("auth", __name__)
 PUBLIC_ENDPOINTS = {"auth.login", "health.healthz", "static"}
@@ -85,8 +86,7 @@ def _throttle() -> LoginThrottle:
 
 
 def _users() -> Accounts:
-    accounts: Accounts = current_app.extensions["hai_scheduler"].users
-    return accounts
+    return accounts_of(current_app)
 
 
 def _safe_next(target: str | None) -> str:

@@ -12,6 +12,7 @@ from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.runtime.operations import EXECUTION_STATUSES
+from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.logs import wants_fragment
 from webapp.node import scheduler_of
@@ -90,9 +91,8 @@ def resolve(occurrence_id: str) -> ResponseReturnValue:
     except ConfigError as exc:
         return render_template("unknown.html", rows=scheduler.execution.list_unknown(100, 0),
                                errors={occurrence_id: {exc.field: exc.message}}), 400
-    scheduler.audit.record(
-        g.user.name, "execution.resolve_unknown", occurrence_id, before={"status": before.status},
-        after={"status": after.status}, reason=reason)
+    record_action("execution.resolve_unknown", occurrence_id, before={"status": before.status},
+                  after={"status": after.status}, reason=reason)
     flash(f"Execution {occurrence_id} resolved as {status}.", "success")
     return redirect(url_for("executions.unknown")), 303
 

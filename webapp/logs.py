@@ -20,12 +20,13 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ExecutionNotFoundError, LogPersistFailedError
 from scheduler_core.runtime.operations import LOG_STATUSES
 from scheduler_core.secrets import MASK, is_secret_name, mask_url, mask_values
+from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.node import scheduler_of
 
@@ -205,8 +206,8 @@ def repair(occurrence_id: str) -> ResponseReturnValue:
         flash(f"The log of {occurrence_id} is already {result.log_persistence or 'not pending'} "
               "(someone else may have repaired it). Nothing was changed.", "info")
         return redirect(url_for("logs.failures"), 303)
-    scheduler.audit.record(g.user.name, "log.repair", occurrence_id, before={"log_persistence": "pending"},
-                           after={"log_persistence": result.log_persistence})
+    record_action("log.repair", occurrence_id, before={"log_persistence": "pending"},
+                  after={"log_persistence": result.log_persistence})
     flash(f"The log of {occurrence_id} was written from the journal.", "success")
     return redirect(url_for("logs.failures"), 303)
 
@@ -217,9 +218,9 @@ def repair_all() -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     before = scheduler.execution.log_failure_count()
     result = scheduler.execution.repair_all(REPAIR_ALL_ROUNDS)
-    scheduler.audit.record(g.user.name, "log.repair_all", "log failures", before={"pending": before.label},
-                           after={"repaired": result.repaired, "failed": result.failed,
-                                  "remaining": result.remaining.label, "rounds": result.rounds})
+    record_action("log.repair_all", "log failures", before={"pending": before.label},
+                  after={"repaired": result.repaired, "failed": result.failed, "remaining": result.remaining.label,
+                         "rounds": result.rounds})
     message = f"Repaired {result.repaired:,} log(s); {result.remaining.label} remain."
     if result.failed:
         message += f" {result.failed:,} could not be repaired (see the server log)."

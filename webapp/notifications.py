@@ -37,8 +37,9 @@ from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFound
 from scheduler_core.reach import Reach
 from scheduler_core.reach.queue import FAILURE_CLASSES, QUEUE_STATUSES, BulkPreview
 from scheduler_core.reach.templates import parse_values
+from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.node import reach_of, scheduler_of
+from webapp.node import reach_of
 
 bp = Blueprint("notifications", __name__, url_prefix="/notifications")
 PAGE = 50
@@ -128,9 +129,8 @@ def requeue(queue_id: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Dead letter {queue_id} {CONFLICT}", "error")
         return redirect(url_for("notifications.dead")), 303
-    scheduler_of(current_app).audit.record(
-        g.user.name, "notification.requeue", queue_id, before=_entry_audit(before, expected),
-        after={"status": after.status, "attempt_count": after.attempt_count})
+    record_action("notification.requeue", queue_id, before=_entry_audit(before, expected),
+                  after={"status": after.status, "attempt_count": after.attempt_count})
     flash(f"Dead letter {queue_id} requeued: it goes out in the next delivery round.", "success")
     return redirect(url_for("notifications.dead")), 303
 
@@ -175,11 +175,10 @@ def bulk_requeue() -> ResponseReturnValue:
                             request.form.get("template") or None, 0, None, 0)
         return render_template("notification_bulk.html", preview=shown, errors={exc.field: exc.message}), 400
     filters = {"provider": preview.provider, "failure": preview.failure, "template": preview.template}
-    scheduler_of(current_app).audit.record(
-        g.user.name, "notification.bulk_requeue", "dead letters",
-        before={"filter": filters, "bound_at": preview.bound_at, "bound_id": preview.bound_id,
-                "previewed": preview.count},
-        after={"requeued": result.requeued, "changed": result.changed})
+    record_action("notification.bulk_requeue", "dead letters",
+                  before={"filter": filters, "bound_at": preview.bound_at, "bound_id": preview.bound_id,
+                          "previewed": preview.count},
+                  after={"requeued": result.requeued, "changed": result.changed})
     message = f"Requeued {result.requeued} of the {result.previewed} previewed dead letters."
     if result.changed:
         message += f" {result.changed} had changed since the preview and were left as they are."
@@ -237,10 +236,8 @@ def resolve(queue_id: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Delivery {queue_id} {CONFLICT}", "error")
         return redirect(url_for("notifications.unknown")), 303
-    scheduler_of(current_app).audit.record(
-        g.user.name, "notification.resolve_unknown", queue_id,
-        before=_entry_audit(before, expected), after={"status": after.status, "message_id": after.message_id},
-        reason=reason)
+    record_action("notification.resolve_unknown", queue_id, before=_entry_audit(before, expected),
+                  after={"status": after.status, "message_id": after.message_id}, reason=reason)
     flash(f"Delivery {queue_id} resolved as {status}.", "success")
     return redirect(url_for("notifications.unknown")), 303
 
@@ -306,8 +303,7 @@ def create_template() -> ResponseReturnValue:
         saved = _reach().templates.create(values["name"], values["provider"], values["body"], values["subject"])
     except ReachConfigError as exc:
         return _template_form("create", values, {exc.field: exc.message}, 400)
-    scheduler_of(current_app).audit.record(g.user.name, "template.save", saved.name, before=None,
-                                           after=_template_audit(saved))
+    record_action("template.save", saved.name, before=None, after=_template_audit(saved))
     flash(f"Template {saved.name} created.", "success")
     return redirect(url_for("notifications.template", name=saved.name)), 303
 
@@ -342,8 +338,7 @@ def update_template(name: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Template {name} {CONFLICT}", "error")
         return redirect(url_for("notifications.edit_template", name=name)), 303
-    scheduler_of(current_app).audit.record(g.user.name, "template.save", name, before=_template_audit(before),
-                                           after=_template_audit(saved))
+    record_action("template.save", name, before=_template_audit(before), after=_template_audit(saved))
     flash(f"Template {name} saved.", "success")
     return redirect(url_for("notifications.template", name=name)), 303
 
@@ -360,7 +355,7 @@ def delete_template(name: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Template {name} {CONFLICT}", "error")
         return redirect(url_for("notifications.template", name=name)), 303
-    scheduler_of(current_app).audit.record(g.user.name, "template.delete", name, before=_template_audit(before))
+    record_action("template.delete", name, before=_template_audit(before))
     flash(f"Template {name} deleted.", "success")
     return redirect(url_for("notifications.templates")), 303
 

@@ -31,6 +31,7 @@ from scheduler_core.errors import (
 )
 from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
+from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm
@@ -79,7 +80,7 @@ def _expected_updated_at() -> int | None:
 
 
 def _audit(action: str, target: str, before: Any = None, after: Any = None) -> None:
-    scheduler_of(current_app).audit.record(g.user.name, action, target, before=before, after=after)
+    record_action(action, target, before=before, after=after)
 
 
 # --- list ---------------------------------------------------------------------------------

@@ -33,8 +33,9 @@ from scheduler_core.runtime.accounts import (
     check_role,
     check_username,
 )
+from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.node import scheduler_of
+from webapp.node import accounts_of
 
 bp = Blueprint("users", __name__, url_prefix="/users")
 PAGE = 50
@@ -44,7 +45,7 @@ MISSING_VERSION = "The page is missing the user's version; reload it."
 
 
 def _accounts() -> Accounts:
-    return scheduler_of(current_app).users
+    return accounts_of(current_app)
 
 
 def _message(exc: ConfigError) -> str:
@@ -54,7 +55,7 @@ def _message(exc: ConfigError) -> str:
 
 def _audit(action: str, target: str, before: Any = None, after: Any = None) -> None:
     """Audited with the user's name, role and state only: never a password or its hash."""
-    scheduler_of(current_app).audit.record(g.user.name, action, target, before=before, after=after)
+    record_action(action, target, before=before, after=after)
 
 
 def _form_page(template: str, status: int, **context: Any) -> ResponseReturnValue:
