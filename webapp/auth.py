@@ -37,6 +37,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.security import check_password_hash
 
 from scheduler_core.runtime.accounts import ROLES, Accounts
+from webapp.htmx import is_htmx
 from webapp.node import accounts_of
 
 bp = Blueprint("auth", __name__)
@@ -140,7 +141,7 @@ def _load_user() -> ResponseReturnValue | None:
         else:
             session.clear()  # disabled, deleted or password reset: this session is over for good
     if g.user is None and request.endpoint not in PUBLIC_ENDPOINTS:
-        if request.headers.get("HX-Request"):
+        if is_htmx():
             response = Response(status=401)
             response.headers["HX-Redirect"] = url_for("auth.login")
             return response
@@ -153,7 +154,7 @@ def _security_headers(response: Response) -> Response:
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "same-origin")
-    if request.headers.get("HX-Request") is not None or request.endpoint not in PUBLIC_ENDPOINTS:
+    if is_htmx() or request.endpoint not in PUBLIC_ENDPOINTS:
         response.vary.add("HX-Request")
         response.headers.setdefault("Cache-Control", "no-store")
     return response

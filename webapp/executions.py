@@ -14,7 +14,7 @@ from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.runtime.operations import EXECUTION_STATUSES
 from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.logs import wants_fragment
+from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import scheduler_of
 
 bp = Blueprint("executions", __name__, url_prefix="/executions")
@@ -50,7 +50,7 @@ def index() -> ResponseReturnValue:
     context = {"page": page, "status": status, "task": task_id, "statuses": EXECUTION_STATUSES, "errors": errors,
                "link_args": link_args, "fragment": fragment,
                "general_errors": [m for f, m in errors.items() if f not in FILTER_FIELDS]}
-    code = 400 if errors and not fragment else 200  # htmx swaps no 4xx: a fragment shows its errors itself
+    code = error_status() if errors else 200  # a fragment shows its errors itself
     if fragment:
         return render_template("executions_rows.html", **context), code
     return render_template("executions.html", running=execution.leases(), **context), code
@@ -60,8 +60,7 @@ def index() -> ResponseReturnValue:
 def running() -> ResponseReturnValue:
     """Executions running now with their owner and lease (refreshed every 5 s on the list page)."""
     rows = scheduler_of(current_app).execution.leases()
-    template = "executions_running.html" if wants_fragment() else "executions_running_page.html"
-    return render_template(template, running=rows)
+    return render_template(page_or_fragment("executions_running_page.html", "executions_running.html"), running=rows)
 
 
 @bp.get("/unknown")

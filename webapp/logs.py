@@ -28,6 +28,7 @@ from scheduler_core.runtime.operations import LOG_STATUSES
 from scheduler_core.secrets import MASK, is_secret_name, mask_url, mask_values
 from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import scheduler_of
 
 bp = Blueprint("logs", __name__, url_prefix="/logs")
@@ -42,12 +43,6 @@ _SECRET_ASSIGNMENT = re.compile(
     r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>[\"']?\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)")
 _NOT_A_NAME = re.compile(r"(Error|Exception|Warning)$")
 _BEARER = re.compile(r"\b(?P<kind>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
-
-
-def wants_fragment() -> bool:
-    """An HTMX request for a part of the page. Boosted requests (``hx-boost`` forms, and the
-    page they are redirected to) want the whole page: htmx swaps it into the body."""
-    return bool(request.headers.get("HX-Request")) and not request.headers.get("HX-Boosted")
 
 
 # --- filters ----------------------------------------------------------------------------
@@ -167,9 +162,8 @@ def index() -> ResponseReturnValue:
             query.errors[exc.field] = exc.message
     fragment = wants_fragment()
     general = [message for name, message in query.errors.items() if name not in FILTER_FIELDS]
-    # An HTMX swap shows its errors in the fragment (htmx swaps no 4xx answer), a page answers 400.
-    code = 400 if query.errors and not fragment else 200
-    return render_template("logs_rows.html" if fragment else "logs.html", page=page, query=query,
+    code = error_status() if query.errors else 200  # an htmx swap shows its errors in the fragment
+    return render_template(page_or_fragment("logs.html", "logs_rows.html"), page=page, query=query,
                            link_args=_link_args(query), statuses=LOG_STATUSES, mask_text=mask_text,
                            fragment=fragment, general_errors=general), code
 
@@ -186,8 +180,8 @@ def detail(log_id: str) -> ResponseReturnValue:
 def failures() -> ResponseReturnValue:
     execution = scheduler_of(current_app).execution
     rows = execution.list_log_failures(FAILURES_SHOWN, 0)
-    template = "logs_failures_rows.html" if wants_fragment() else "logs_failures.html"
-    return render_template(template, rows=rows, count=execution.log_failure_count())
+    return render_template(page_or_fragment("logs_failures.html", "logs_failures_rows.html"), rows=rows,
+                           count=execution.log_failure_count())
 
 
 @bp.post("/failures/<occurrence_id>/repair")

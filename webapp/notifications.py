@@ -39,6 +39,7 @@ from scheduler_core.reach.queue import FAILURE_CLASSES, QUEUE_STATUSES, BulkPrev
 from scheduler_core.reach.templates import parse_values
 from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.htmx import error_status, page_or_fragment
 from webapp.node import reach_of
 
 bp = Blueprint("notifications", __name__, url_prefix="/notifications")
@@ -51,10 +52,6 @@ CONFLICT = ("changed since the page was loaded (someone else may have acted on i
 
 def _reach() -> Reach:
     return reach_of(current_app)
-
-
-def _fragment(full: str, part: str) -> str:
-    return part if request.headers.get("HX-Request") else full
 
 
 def _arg(name: str) -> str | None:
@@ -84,7 +81,7 @@ def index() -> ResponseReturnValue:
     status = request.args.get("status") or "pending"
     page = _reach().queue.browse(status, limit=PAGE, after=_arg("after"))
     held = _held_label(str(_reach().config["dnd"]["timezone"]))
-    return render_template(_fragment("notifications.html", "notification_rows.html"), status=status, page=page,
+    return render_template(page_or_fragment("notifications.html", "notification_rows.html"), status=status, page=page,
                            counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP, held=held)
 
 
@@ -104,7 +101,7 @@ def _dead_filters() -> dict[str, str | None]:
 def _dead_page(errors: dict[str, dict[str, str]] | None = None, after: str | None = None) -> str:
     filters = _dead_filters()
     page = _reach().queue.browse("dead", limit=PAGE, after=after, **filters)
-    return render_template(_fragment("notification_dead.html", "notification_dead_rows.html"), page=page,
+    return render_template(page_or_fragment("notification_dead.html", "notification_dead_rows.html"), page=page,
                            filters=filters, errors=errors or {}, providers=_reach().provider_names(),
                            failures=FAILURE_CLASSES)
 
@@ -272,8 +269,8 @@ def template(name: str) -> ResponseReturnValue:
             error = exc.message if exc.field == "vars" else f"{exc.field.removeprefix('vars.')}: {exc.message}"
     stored = _reach().templates.stored_one(name)
     configured = any(t.name == name for t in _reach().configured_templates())
-    status = 400 if error and not request.headers.get("HX-Request") else 200  # htmx swaps 2xx answers only
-    return render_template(_fragment("notification_template.html", "notification_preview.html"), template=found,
+    status = error_status() if error else 200
+    return render_template(page_or_fragment("notification_template.html", "notification_preview.html"), template=found,
                            stored=None if configured else stored, typed=typed or "", preview=preview,
                            vars_error=error), status
 

@@ -14,7 +14,7 @@ from flask import Blueprint, current_app, render_template, url_for
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.runtime.operations import COUNT_CAP, EXECUTION_STATUSES, HourBucket
-from webapp.logs import wants_fragment
+from webapp.htmx import wants_fragment
 from webapp.node import reach_of, scheduler_of
 
 bp = Blueprint("overview", __name__)

@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
-from flask import Blueprint, Response, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.cron import describe, manual_occurrence_id
@@ -33,6 +33,7 @@ from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
 from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm
 
@@ -67,10 +68,6 @@ def cron_text(expr: str) -> str:
         return ""
 
 
-def _is_fragment() -> bool:
-    return bool(request.headers.get("HX-Request"))
-
-
 def _log_links() -> bool:
     return "logs.detail" in current_app.view_functions
 
@@ -97,7 +94,7 @@ def index() -> ResponseReturnValue:
     except ConfigError as exc:
         return _search_error(context, exc)
     context.update(page=page, error=None)
-    if _is_fragment():
+    if wants_fragment():
         return render_template("tasks_rows.html", oob=True, **context)
     return render_template("tasks.html", **context)
 
@@ -105,12 +102,11 @@ def index() -> ResponseReturnValue:
 def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnValue:
     """A bad search: the message next to the search box, and the rows shown stay as they were."""
     message = exc.message.removeprefix(f"{exc.field}: ")
-    if _is_fragment():
-        response = Response(render_template("tasks_search_error.html", error=message))
+    if wants_fragment():
+        response = shown_again(render_template("tasks_search_error.html", error=message))
         response.headers["HX-Reswap"] = "none"  # keep the rows; the error goes out of band
-        response.headers["HX-Push-Url"] = "false"
         return response
-    return render_template("tasks.html", page=None, error=message, **context), 400
+    return shown_again(render_template("tasks.html", page=None, error=message, **context))
 
 
 # --- cron preview ------------------------------------------------------------------------------
@@ -341,7 +337,7 @@ def _flash_started(task_id: str, occurrence: str, status: str, reason: str | Non
 @bp.get("/<path:task_id>")
 def detail(task_id: str) -> ResponseReturnValue:
     task = scheduler_of(current_app).task_ops.get(task_id)
-    if _is_fragment():
+    if wants_fragment():
         return occurrences(task_id)
     return _detail(task, {}, {})
 

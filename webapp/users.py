@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Response, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.security import generate_password_hash
 
@@ -35,6 +35,7 @@ from scheduler_core.runtime.accounts import (
 )
 from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.htmx import shown_again
 from webapp.node import accounts_of
 
 bp = Blueprint("users", __name__, url_prefix="/users")
@@ -59,13 +60,8 @@ def _audit(action: str, target: str, before: Any = None, after: Any = None) -> N
 
 
 def _form_page(template: str, status: int, **context: Any) -> ResponseReturnValue:
-    """A form shown again with its errors (status 400); 200 to HTMX, which swaps no 4xx, and
-    the address bar stays on the page the form came from."""
-    if request.headers.get("HX-Request"):
-        response = Response(render_template(template, **context))
-        response.headers["HX-Push-Url"] = "false"
-        return response
-    return render_template(template, **context), status
+    """A form page: the form shown again with its errors when ``status`` is 400 (see ``shown_again``)."""
+    return shown_again(render_template(template, **context), status)
 
 
 def _user_or_404(name: str) -> User:
