@@ -29,4 +29,4 @@ def index() -> ResponseReturnValue:
     page = max(0, request.args.get("page", 0, type=int))
     page = min(page, 1_000_000 // PAGE)
     entries = audit_of(current_app).list(actor, action, PAGE, page * PAGE)
-    return render_template("audit.html", entries=entries, actor=actor, action=action, page=page, page_size=PAGE)
+    return render_template("audit/index.html", entries=entries, actor=actor, action=action, page=page, page_size=PAGE)

@@ -100,16 +100,17 @@ def _safe_next(target: str | None) -> str:
 def login() -> ResponseReturnValue:
     next_url = request.values.get("next")
     if request.method == "GET":
-        return render_template("login.html", next=next_url, error=None)
+        return render_template("auth/login.html", next=next_url, error=None)
     name = request.form.get("username", "").strip()
     key = (request.remote_addr or "?", name)
     throttle = _throttle()
     if throttle.blocked(key):
-        return render_template("login.html", next=next_url, error="Too many failed attempts; wait a few minutes."), 429
+        return render_template("auth/login.html", next=next_url,
+                               error="Too many failed attempts; wait a few minutes."), 429
     user = _users().get(name) if name else None
     if user is None or user.disabled or not check_password_hash(user.password_hash, request.form.get("password", "")):
         throttle.failed(key)
-        return render_template("login.html", next=next_url, error="Unknown user name or wrong password."), 401
+        return render_template("auth/login.html", next=next_url, error="Unknown user name or wrong password."), 401
     throttle.succeeded(key)
     session.clear()
     session["user"] = user.name

@@ -52,21 +52,21 @@ def index() -> ResponseReturnValue:
                "general_errors": [m for f, m in errors.items() if f not in FILTER_FIELDS]}
     code = error_status() if errors else 200  # a fragment shows its errors itself
     if fragment:
-        return render_template("executions_rows.html", **context), code
-    return render_template("executions.html", running=execution.leases(), **context), code
+        return render_template("executions/_rows.html", **context), code
+    return render_template("executions/index.html", running=execution.leases(), **context), code
 
 
 @bp.get("/running")
 def running() -> ResponseReturnValue:
     """Executions running now with their owner and lease (refreshed every 5 s on the list page)."""
     rows = scheduler_of(current_app).execution.leases()
-    return render_template(page_or_fragment("executions_running_page.html", "executions_running.html"), running=rows)
+    return render_template(page_or_fragment("executions/running.html", "executions/_running.html"), running=rows)
 
 
 @bp.get("/unknown")
 def unknown() -> ResponseReturnValue:
     rows = scheduler_of(current_app).execution.list_unknown(100, 0)
-    return render_template("unknown.html", rows=rows, errors={})
+    return render_template("executions/unknown.html", rows=rows, errors={})
 
 
 @bp.post("/<occurrence_id>/resolve")
@@ -79,7 +79,7 @@ def resolve(occurrence_id: str) -> ResponseReturnValue:
     errors = _resolution_errors(status, reason, expected)
     if errors:
         rows = scheduler.execution.list_unknown(100, 0)
-        return render_template("unknown.html", rows=rows, errors={occurrence_id: errors}), 400
+        return render_template("executions/unknown.html", rows=rows, errors={occurrence_id: errors}), 400
     before = scheduler.execution.get(occurrence_id)
     try:
         after = scheduler.execution.resolve_unknown(occurrence_id, status, expected or 0, g.user.name, reason)
@@ -88,7 +88,7 @@ def resolve(occurrence_id: str) -> ResponseReturnValue:
               "Nothing was changed; review it again.", "error")
         return redirect(url_for("executions.unknown")), 303
     except ConfigError as exc:
-        return render_template("unknown.html", rows=scheduler.execution.list_unknown(100, 0),
+        return render_template("executions/unknown.html", rows=scheduler.execution.list_unknown(100, 0),
                                errors={occurrence_id: {exc.field: exc.message}}), 400
     record_action("execution.resolve_unknown", occurrence_id, before={"status": before.status},
                   after={"status": after.status}, reason=reason)

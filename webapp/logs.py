@@ -163,7 +163,7 @@ def index() -> ResponseReturnValue:
     fragment = wants_fragment()
     general = [message for name, message in query.errors.items() if name not in FILTER_FIELDS]
     code = error_status() if query.errors else 200  # an htmx swap shows its errors in the fragment
-    return render_template(page_or_fragment("logs.html", "logs_rows.html"), page=page, query=query,
+    return render_template(page_or_fragment("logs/index.html", "logs/_rows.html"), page=page, query=query,
                            link_args=_link_args(query), statuses=LOG_STATUSES, mask_text=mask_text,
                            fragment=fragment, general_errors=general), code
 
@@ -173,14 +173,14 @@ def detail(log_id: str) -> ResponseReturnValue:
     log = scheduler_of(current_app).execution.log(log_id)
     if log is None:
         abort(404, description=f"No log row {log_id!r} (pruned, or not projected yet).")
-    return render_template("logs_detail.html", log=log, error=mask_text(log.error), result=shown_result(log.result))
+    return render_template("logs/detail.html", log=log, error=mask_text(log.error), result=shown_result(log.result))
 
 
 @bp.get("/failures")
 def failures() -> ResponseReturnValue:
     execution = scheduler_of(current_app).execution
     rows = execution.list_log_failures(FAILURES_SHOWN, 0)
-    return render_template(page_or_fragment("logs_failures.html", "logs_failures_rows.html"), rows=rows,
+    return render_template(page_or_fragment("logs/failures.html", "logs/_failures_rows.html"), rows=rows,
                            count=execution.log_failure_count())
 
 

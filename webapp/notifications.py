@@ -81,13 +81,13 @@ def index() -> ResponseReturnValue:
     status = request.args.get("status") or "pending"
     page = _reach().queue.browse(status, limit=PAGE, after=_arg("after"))
     held = _held_label(str(_reach().config["dnd"]["timezone"]))
-    return render_template(page_or_fragment("notifications.html", "notification_rows.html"), status=status, page=page,
-                           counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP, held=held)
+    return render_template(page_or_fragment("notifications/index.html", "notifications/_rows.html"), status=status,
+                           page=page, counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP, held=held)
 
 
 @bp.get("/counts")
 def counts() -> ResponseReturnValue:
-    return render_template("notification_counts.html", counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP,
+    return render_template("notifications/_counts.html", counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP,
                            status=request.args.get("status") or "pending")
 
 
@@ -101,7 +101,7 @@ def _dead_filters() -> dict[str, str | None]:
 def _dead_page(errors: dict[str, dict[str, str]] | None = None, after: str | None = None) -> str:
     filters = _dead_filters()
     page = _reach().queue.browse("dead", limit=PAGE, after=after, **filters)
-    return render_template(page_or_fragment("notification_dead.html", "notification_dead_rows.html"), page=page,
+    return render_template(page_or_fragment("notifications/dead.html", "notifications/_dead_rows.html"), page=page,
                            filters=filters, errors=errors or {}, providers=_reach().provider_names(),
                            failures=FAILURE_CLASSES)
 
@@ -143,7 +143,7 @@ def _entry_audit(entry: Any, expected: int | None) -> dict[str, Any]:
 @bp.get("/dead/bulk")
 def bulk_preview() -> ResponseReturnValue:
     preview = _reach().queue.preview_bulk_requeue(**_dead_filters())
-    return render_template("notification_bulk.html", preview=preview, errors={})
+    return render_template("notifications/bulk.html", preview=preview, errors={})
 
 
 def _form_int(name: str) -> int:
@@ -170,7 +170,7 @@ def bulk_requeue() -> ResponseReturnValue:
     except ReachConfigError as exc:
         shown = BulkPreview(request.form.get("provider") or None, request.form.get("failure") or None,
                             request.form.get("template") or None, 0, None, 0)
-        return render_template("notification_bulk.html", preview=shown, errors={exc.field: exc.message}), 400
+        return render_template("notifications/bulk.html", preview=shown, errors={exc.field: exc.message}), 400
     filters = {"provider": preview.provider, "failure": preview.failure, "template": preview.template}
     record_action("notification.bulk_requeue", "dead letters",
                   before={"filter": filters, "bound_at": preview.bound_at, "bound_id": preview.bound_id,
@@ -189,7 +189,7 @@ def bulk_requeue() -> ResponseReturnValue:
 
 def _unknown_page(errors: dict[str, dict[str, str]] | None = None) -> str:
     page = _reach().queue.browse("unknown", limit=PAGE, after=_arg("after"))
-    return render_template("notification_unknown.html", page=page, errors=errors or {})
+    return render_template("notifications/unknown.html", page=page, errors=errors or {})
 
 
 @bp.get("/unknown")
@@ -245,7 +245,7 @@ def resolve(queue_id: str) -> ResponseReturnValue:
 @bp.get("/templates")
 def templates() -> ResponseReturnValue:
     reach = _reach()
-    return render_template("notification_templates.html", configured=reach.configured_templates(),
+    return render_template("notifications/templates.html", configured=reach.configured_templates(),
                            stored=reach.templates.stored())
 
 
@@ -270,13 +270,13 @@ def template(name: str) -> ResponseReturnValue:
     stored = _reach().templates.stored_one(name)
     configured = any(t.name == name for t in _reach().configured_templates())
     status = error_status() if error else 200
-    return render_template(page_or_fragment("notification_template.html", "notification_preview.html"), template=found,
-                           stored=None if configured else stored, typed=typed or "", preview=preview,
+    return render_template(page_or_fragment("notifications/template.html", "notifications/_preview.html"),
+                           template=found, stored=None if configured else stored, typed=typed or "", preview=preview,
                            vars_error=error), status
 
 
 def _template_form(mode: str, values: dict[str, Any], errors: dict[str, str], status: int = 200) -> ResponseReturnValue:
-    return render_template("notification_template_form.html", mode=mode, values=values, errors=errors,
+    return render_template("notifications/template_form.html", mode=mode, values=values, errors=errors,
                            providers=_reach().provider_names()), status
 
 
@@ -377,5 +377,5 @@ def _display(snapshot: dict[str, Any]) -> list[tuple[str, Any]]:
 def providers() -> ResponseReturnValue:
     reach = _reach()
     listed = [(s["name"], s["type"], _display(s)) for s in reach.provider_snapshots()]
-    return render_template("notification_providers.html", providers=listed, dnd=reach.config["dnd"],
+    return render_template("notifications/providers.html", providers=listed, dnd=reach.config["dnd"],
                            policy=reach.config["queue"])

@@ -77,7 +77,7 @@ def _chart() -> dict[str, Any]:
 
 @bp.get("/")
 def index() -> ResponseReturnValue:
-    return render_template("overview.html", **_counters(), **_chart())
+    return render_template("overview/index.html", **_counters(), **_chart())
 
 
 @bp.get("/overview/counters")
@@ -85,7 +85,7 @@ def counters() -> ResponseReturnValue:
     """The counters alone for the 5-second refresh (the whole page without HTMX)."""
     if not wants_fragment():
         return index()
-    return render_template("overview_counters.html", **_counters())
+    return render_template("overview/_counters.html", **_counters())
 
 
 @bp.get("/overview/chart")
@@ -93,4 +93,4 @@ def hourly_chart() -> ResponseReturnValue:
     """The chart alone for the refresh every minute (the whole page without HTMX)."""
     if not wants_fragment():
         return index()
-    return render_template("_chart_hourly.html", **_chart())
+    return render_template("overview/_chart_hourly.html", **_chart())

@@ -95,18 +95,18 @@ def index() -> ResponseReturnValue:
         return _search_error(context, exc)
     context.update(page=page, error=None)
     if wants_fragment():
-        return render_template("tasks_rows.html", oob=True, **context)
-    return render_template("tasks.html", **context)
+        return render_template("tasks/_rows.html", oob=True, **context)
+    return render_template("tasks/index.html", **context)
 
 
 def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnValue:
     """A bad search: the message next to the search box, and the rows shown stay as they were."""
     message = exc.message.removeprefix(f"{exc.field}: ")
     if wants_fragment():
-        response = shown_again(render_template("tasks_search_error.html", error=message))
+        response = shown_again(render_template("tasks/_search_error.html", error=message))
         response.headers["HX-Reswap"] = "none"  # keep the rows; the error goes out of band
         return response
-    return shown_again(render_template("tasks.html", page=None, error=message, **context))
+    return shown_again(render_template("tasks/index.html", page=None, error=message, **context))
 
 
 # --- cron preview ------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnVa
 @bp.get("/cron-preview")
 def cron_preview() -> ResponseReturnValue:
     """What a schedule being typed means (an HTMX fragment of the form)."""
-    return render_template("tasks_cron_preview.html", **_preview(request.args.get("cron", ""),
+    return render_template("tasks/_cron_preview.html", **_preview(request.args.get("cron", ""),
                                                                  request.args.get("timezone", "")))
 
 
@@ -136,7 +136,7 @@ def _preview(cron: str, timezone: str) -> dict[str, Any]:
 
 def _render_form(form: TaskForm, task: TaskDefinition | None, status: int = 200) -> ResponseReturnValue:
     shown = form.masked()
-    return render_template("task_form.html", form=shown, task=task, methods=METHODS,
+    return render_template("tasks/form.html", form=shown, task=task, methods=METHODS,
                            zones=_zone_names(), **_preview(shown.values["cron"], shown.values["timezone"])), status
 
 
@@ -247,7 +247,7 @@ def _set_enabled(task_id: str, enabled: bool) -> ResponseReturnValue:
 @bp.get("/<path:task_id>/delete")
 @require_role("admin")
 def confirm_delete(task_id: str) -> ResponseReturnValue:
-    return render_template("task_delete.html", task=scheduler_of(current_app).task_ops.get(task_id))
+    return render_template("tasks/delete.html", task=scheduler_of(current_app).task_ops.get(task_id))
 
 
 @bp.post("/<path:task_id>/delete")
@@ -257,7 +257,7 @@ def delete(task_id: str) -> ResponseReturnValue:
     task = scheduler.task_ops.get(task_id)
     expected = _expected_updated_at()
     if expected is None:
-        return render_template("task_delete.html", task=task,
+        return render_template("tasks/delete.html", task=task,
                                error="The form is missing the task's version; reload the page."), 400
     try:
         deleted = scheduler.task_ops.delete(task_id, expected)
@@ -347,7 +347,7 @@ def _detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str])
     history = ops.occurrences(task.id, HISTORY_PAGE, request.args.get("before") or None)
     definition = task.masked()
     code = definition["handler"].pop("code", None) if definition["handler"] else None
-    return render_template("task_detail.html", task=task, definition=definition, code=code,
+    return render_template("tasks/detail.html", task=task, definition=definition, code=code,
                            next_runs=ops.next_runs(task),
                            history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
                            log_links=_log_links(), code_kinds=CODE_KINDS)
@@ -359,5 +359,5 @@ def occurrences(task_id: str) -> ResponseReturnValue:
     ops = scheduler_of(current_app).task_ops
     task = ops.get(task_id)
     before = request.args.get("before") or None
-    return render_template("task_occurrences.html", task=task, history=ops.occurrences(task_id, HISTORY_PAGE, before),
+    return render_template("tasks/_occurrences.html", task=task, history=ops.occurrences(task_id, HISTORY_PAGE, before),
                            before=before, log_links=_log_links())

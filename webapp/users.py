@@ -89,7 +89,7 @@ def index() -> ResponseReturnValue:
         abort(400, _message(exc))
     more = len(rows) > PAGE
     rows = rows[:PAGE]
-    return render_template("users.html", users=rows, after=after, next_after=rows[-1].name if more else None,
+    return render_template("users/index.html", users=rows, after=after, next_after=rows[-1].name if more else None,
                            admins=_accounts().count_enabled_admins())
 
 
@@ -97,7 +97,7 @@ def index() -> ResponseReturnValue:
 
 
 def _new_form(values: dict[str, str], errors: dict[str, str], status: int = 200) -> ResponseReturnValue:
-    return _form_page("user_new.html", status, values=values, errors=errors, roles=ROLES, min_password=MIN_PASSWORD)
+    return _form_page("users/new.html", status, values=values, errors=errors, roles=ROLES, min_password=MIN_PASSWORD)
 
 
 @bp.get("/new")
@@ -142,7 +142,7 @@ def _create_errors(values: dict[str, str], password: str, confirm: str) -> dict[
 
 
 def _manage(user: User, errors: dict[str, str] | None = None, status: int = 200) -> ResponseReturnValue:
-    return _form_page("user_manage.html", status, account=user, errors=errors or {}, roles=ROLES,
+    return _form_page("users/manage.html", status, account=user, errors=errors or {}, roles=ROLES,
                       min_password=MIN_PASSWORD)
 
 
