@@ -39,13 +39,13 @@ from scheduler_core.reach.queue import FAILURE_CLASSES, QUEUE_STATUSES, BulkPrev
 from scheduler_core.reach.templates import parse_values
 from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.forms import posted_version, review_errors
 from webapp.htmx import error_status, page_or_fragment
 from webapp.node import reach_of
 
 bp = Blueprint("notifications", __name__, url_prefix="/notifications")
 PAGE = 50
 COUNT_CAP = 10_000  # counts above this show as "10000+": each status is a bounded index scan
-REASON_MAX = 2000
 CONFLICT = ("changed since the page was loaded (someone else may have acted on it). "
             "Nothing was changed; review it again.")
 
@@ -115,7 +115,7 @@ def dead() -> ResponseReturnValue:
 @require_role("operator")
 def requeue(queue_id: str) -> ResponseReturnValue:
     queue = _reach().queue
-    expected = request.form.get("expected_updated_at", type=int)
+    expected = posted_version()
     if expected is None:
         return _dead_page({queue_id: {"expected_updated_at": "The page is missing the row version; reload it."}}), 400
     try:
@@ -198,19 +198,11 @@ def unknown() -> ResponseReturnValue:
 
 
 def _resolution_errors(status: str, reason: str, message_id: str | None, expected: int | None) -> dict[str, str]:
-    errors = {}
-    if status not in ("sent", "discarded"):
-        errors["status"] = "Choose sent or discarded."
-    elif status == "discarded" and message_id:
+    errors = review_errors(status, ("sent", "discarded"), reason, expected)
+    if status == "discarded" and message_id:
         errors["message_id"] = "A message id only goes with \"sent\"."
     if message_id is not None and len(message_id) > 255:
         errors["message_id"] = "Keep the message id under 256 characters."
-    if not reason:
-        errors["reason"] = "A reason is required: say what you checked."
-    elif len(reason) > REASON_MAX:
-        errors["reason"] = f"Keep the reason under {REASON_MAX} characters."
-    if expected is None:
-        errors["expected_updated_at"] = "The page is missing the row version; reload it."
     return errors
 
 
@@ -220,7 +212,7 @@ def resolve(queue_id: str) -> ResponseReturnValue:
     status = request.form.get("status", "")
     reason = request.form.get("reason", "").strip()
     message_id = request.form.get("message_id", "").strip() or None
-    expected = request.form.get("expected_updated_at", type=int)
+    expected = posted_version()
     errors = _resolution_errors(status, reason, message_id, expected)
     if errors:
         return _unknown_page({queue_id: errors}), 400
@@ -324,7 +316,7 @@ def edit_template(name: str) -> ResponseReturnValue:
 def update_template(name: str) -> ResponseReturnValue:
     before = _stored_or_404(name)
     values = {**_posted_template(), "name": name, "updated_at": request.form.get("expected_updated_at", "")}
-    expected = request.form.get("expected_updated_at", type=int)
+    expected = posted_version()
     if expected is None:
         return _template_form("edit", values, {"expected_updated_at": "The page is missing the version; reload it."},
                               400)
@@ -344,7 +336,7 @@ def update_template(name: str) -> ResponseReturnValue:
 @require_role("admin")
 def delete_template(name: str) -> ResponseReturnValue:
     before = _stored_or_404(name)
-    expected = request.form.get("expected_updated_at", type=int)
+    expected = posted_version()
     if expected is None:
         abort(400, "The page is missing the template's version; reload it.")
     try:

@@ -33,6 +33,7 @@ from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
 from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.forms import posted_version
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm
@@ -70,10 +71,6 @@ def cron_text(expr: str) -> str:
 
 def _log_links() -> bool:
     return "logs.detail" in current_app.view_functions
-
-
-def _expected_updated_at() -> int | None:
-    return request.form.get("expected_updated_at", type=int)
 
 
 def _audit(action: str, target: str, before: Any = None, after: Any = None) -> None:
@@ -190,7 +187,7 @@ def update(task_id: str) -> ResponseReturnValue:
     if current.handler_kind in CODE_KINDS:
         form.errors["kind"] = CODE_REFUSED
         return _render_form(form, current, 400)
-    expected = _expected_updated_at()
+    expected = posted_version()
     if expected is None:
         form.errors["form"] = "The form is missing the task's version; reload the page."
     definition = form.definition(current)
@@ -230,7 +227,7 @@ def disable(task_id: str) -> ResponseReturnValue:
 def _set_enabled(task_id: str, enabled: bool) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     current = scheduler.task_ops.get(task_id)
-    expected = _expected_updated_at()
+    expected = posted_version()
     if expected is None:
         abort(400, "The form is missing the task's version; reload the page.")
     try:
@@ -255,7 +252,7 @@ def confirm_delete(task_id: str) -> ResponseReturnValue:
 def delete(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     task = scheduler.task_ops.get(task_id)
-    expected = _expected_updated_at()
+    expected = posted_version()
     if expected is None:
         return render_template("tasks/delete.html", task=task,
                                error="The form is missing the task's version; reload the page."), 400

@@ -35,6 +35,7 @@ from scheduler_core.runtime.accounts import (
 )
 from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.forms import posted_version
 from webapp.htmx import shown_again
 from webapp.node import accounts_of
 
@@ -69,10 +70,6 @@ def _user_or_404(name: str) -> User:
     if user is None:
         abort(404, f"No user named {name!r}.")
     return user
-
-
-def _expected() -> int | None:
-    return request.form.get("expected_updated_at", type=int)
 
 
 # --- list ---------------------------------------------------------------------------------------
@@ -161,7 +158,7 @@ def manage(name: str) -> ResponseReturnValue:
 @require_role("admin")
 def set_role(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
-    role, expected = request.form.get("role", ""), _expected()
+    role, expected = request.form.get("role", ""), posted_version()
     if expected is None:
         return _manage(user, {"role": MISSING_VERSION}, 400)
     if role == user.role and expected == user.updated_at:
@@ -194,7 +191,7 @@ def enable(name: str) -> ResponseReturnValue:
 
 def _set_disabled(name: str, disabled: bool) -> ResponseReturnValue:
     user = _user_or_404(name)
-    expected = _expected()
+    expected = posted_version()
     if expected is None:
         return _manage(user, {"disabled": MISSING_VERSION}, 400)
     try:
@@ -214,7 +211,7 @@ def _set_disabled(name: str, disabled: bool) -> ResponseReturnValue:
 @require_role("admin")
 def reset_password(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
-    expected = _expected()
+    expected = posted_version()
     password, confirm = request.form.get("password", ""), request.form.get("confirm", "")
     try:
         check_new_password(password, confirm)

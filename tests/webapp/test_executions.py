@@ -163,3 +163,18 @@ def test_running_now_refreshes(app: Flask, client: FlaskClient, auth: Auth) -> N
         scheduler.stop()
     assert "<td>slow</td>" not in client.get("/executions/running", headers={"HX-Request": "true"}).get_data(
         as_text=True)
+
+
+def test_a_refused_resolution_shows_its_errors_on_the_card_or_above_the_cards(app: Flask, client: FlaskClient,
+                                                                              auth: Auth) -> None:
+    unknown = _unknown_execution(app)
+    auth.login()
+    on_card = _resolve(client, unknown.occurrence_id, status="maybe", reason=" ")
+    page = html.unescape(on_card.get_data(as_text=True))
+    card = page.split(unknown.occurrence_id, 1)[1]
+    assert on_card.status_code == 400 and "Choose success or discarded." in card
+    assert 'aria-invalid="true"' in card and "The page is missing the row version; reload it." in card
+    not_shown = _resolve(client, "no-such-occurrence", status="success", reason=" ", expected_updated_at=1)
+    page = html.unescape(not_shown.get_data(as_text=True))
+    assert not_shown.status_code == 400
+    assert 'role="alert">reason: A reason is required' in page.split(unknown.occurrence_id, 1)[0]
