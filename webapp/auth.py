@@ -162,6 +162,11 @@ def _security_headers(response: Response) -> Response:
 
 
 def require_role(role: str) -> Callable[[F], F]:
+    """403 below ``role``. The guarded view keeps the role it needs (``required_role``), so the
+    route itself says what it needs: tests/webapp/test_route_walk.py walks every route by it."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
+
     def decorate(view: F) -> F:
         @wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -169,9 +174,16 @@ def require_role(role: str) -> Callable[[F], F]:
                 abort(403)
             return view(*args, **kwargs)
 
+        guarded.required_role = role  # type: ignore[attr-defined]
         return guarded  # type: ignore[return-value]
 
     return decorate
+
+
+def required_role(view: Callable[..., Any]) -> str | None:
+    """The role a view needs (None: any signed-in user, or none for a public endpoint)."""
+    role: str | None = getattr(view, "required_role", None)
+    return role
 
 
 def _template_globals() -> dict[str, Any]:
