@@ -24,9 +24,10 @@ from scheduler_core.db import DatabaseConfig, engine_options, health_check, prep
 from scheduler_core.db.config import is_production
 from scheduler_core.errors import ReachConfigError
 from scheduler_core.reach import QueuePolicy
+from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from webapp import audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
-from webapp.node import NODE_CONCURRENCY, make_reach, make_scheduler, reach_config
+from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
 from webapp.secrets import bootstrap_admin, secret_key
 
 db = SQLAlchemy()
@@ -89,10 +90,12 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         upgrade(engine)  # under a database-wide lock: safe from every gunicorn worker at once
     app.extensions["hai_engine"] = engine
     app.extensions["hai_database"] = config
+    app.extensions["hai_accounts"] = Accounts(engine)
+    app.extensions["hai_audit"] = AuditTrail(engine)
     scheduler = make_scheduler(engine)
     app.extensions["hai_scheduler"] = scheduler
     app.extensions["hai_reach"] = make_reach(app, scheduler)
-    bootstrap_admin(scheduler.users, app.config.get("ADMIN_PASSWORD"))
+    bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))
     for module in (health, auth, overview, tasks, executions, logs, notifications, nodes, audit, users):
         app.register_blueprint(module.bp)
     errors.install(app)

@@ -37,6 +37,8 @@ from flask.typing import ResponseReturnValue
 from werkzeug.security import check_password_hash
 
 from scheduler_core.runtime.accounts import ROLES, Accounts
+from webapp.htmx import is_htmx
+from webapp.node import accounts_of
 
 bp = Blueprint("auth", __name__)
 PUBLIC_ENDPOINTS = {"auth.login", "health.healthz", "static"}
@@ -85,8 +87,7 @@ def _throttle() -> LoginThrottle:
 
 
 def _users() -> Accounts:
-    accounts: Accounts = current_app.extensions["hai_scheduler"].users
-    return accounts
+    return accounts_of(current_app)
 
 
 def _safe_next(target: str | None) -> str:
@@ -99,16 +100,17 @@ def _safe_next(target: str | None) -> str:
 def login() -> ResponseReturnValue:
     next_url = request.values.get("next")
     if request.method == "GET":
-        return render_template("login.html", next=next_url, error=None)
+        return render_template("auth/login.html", next=next_url, error=None)
     name = request.form.get("username", "").strip()
     key = (request.remote_addr or "?", name)
     throttle = _throttle()
     if throttle.blocked(key):
-        return render_template("login.html", next=next_url, error="Too many failed attempts; wait a few minutes."), 429
+        return render_template("auth/login.html", next=next_url,
+                               error="Too many failed attempts; wait a few minutes."), 429
     user = _users().get(name) if name else None
     if user is None or user.disabled or not check_password_hash(user.password_hash, request.form.get("password", "")):
         throttle.failed(key)
-        return render_template("login.html", next=next_url, error="Unknown user name or wrong password."), 401
+        return render_template("auth/login.html", next=next_url, error="Unknown user name or wrong password."), 401
     throttle.succeeded(key)
     session.clear()
     session["user"] = user.name
@@ -140,7 +142,7 @@ def _load_user() -> ResponseReturnValue | None:
         else:
             session.clear()  # disabled, deleted or password reset: this session is over for good
     if g.user is None and request.endpoint not in PUBLIC_ENDPOINTS:
-        if request.headers.get("HX-Request"):
+        if is_htmx():
             response = Response(status=401)
             response.headers["HX-Redirect"] = url_for("auth.login")
             return response
@@ -153,13 +155,18 @@ def _security_headers(response: Response) -> Response:
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "same-origin")
-    if request.headers.get("HX-Request") is not None or request.endpoint not in PUBLIC_ENDPOINTS:
+    if is_htmx() or request.endpoint not in PUBLIC_ENDPOINTS:
         response.vary.add("HX-Request")
         response.headers.setdefault("Cache-Control", "no-store")
     return response
 
 
 def require_role(role: str) -> Callable[[F], F]:
+    """403 below ``role``. The guarded view keeps the role it needs (``required_role``), so the
+    route itself says what it needs: tests/webapp/test_route_walk.py walks every route by it."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}")
+
     def decorate(view: F) -> F:
         @wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -167,9 +174,16 @@ def require_role(role: str) -> Callable[[F], F]:
                 abort(403)
             return view(*args, **kwargs)
 
+        guarded.required_role = role  # type: ignore[attr-defined]
         return guarded  # type: ignore[return-value]
 
     return decorate
+
+
+def required_role(view: Callable[..., Any]) -> str | None:
+    """The role a view needs (None: any signed-in user, or none for a public endpoint)."""
+    role: str | None = getattr(view, "required_role", None)
+    return role
 
 
 def _template_globals() -> dict[str, Any]:

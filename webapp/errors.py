@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask, Response, render_template, request
+from flask import Flask, Response, render_template
 from flask.typing import ResponseReturnValue
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
@@ -17,6 +17,7 @@ from scheduler_core.errors import (
     TaskNotFoundError,
     TemplateNotFoundError,
 )
+from webapp.htmx import is_htmx
 
 
 def _page(code: int, title: str, message: str) -> ResponseReturnValue:
@@ -27,7 +28,7 @@ def _csrf(error: CSRFError) -> ResponseReturnValue:
     body, code = _page(400, "Please try again", "This form expired or was not sent from this dashboard. "
                                                 "The page has been refreshed; submit it again.")
     response = Response(body, status=code)
-    if request.headers.get("HX-Request"):
+    if is_htmx():
         response.headers["HX-Refresh"] = "true"  # a fresh token, instead of a dead button
     return response
 

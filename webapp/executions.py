@@ -12,13 +12,17 @@ from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.statuses import ExecutionStatus
+from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.logs import wants_fragment
+from webapp.forms import posted_version, review_errors
+from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import scheduler_of
 
 bp = Blueprint("executions", __name__, url_prefix="/executions")
 PAGE = 50
 FILTER_FIELDS = ("status", "task")
+UNKNOWN_SHOWN = 100  # the oldest first; an error about one further down shows above the cards
+RESOLUTIONS = ("success", "discarded")
 
 
 def _filters() -> tuple[str | None, str | None, dict[str, str]]:
@@ -49,24 +53,27 @@ def index() -> ResponseReturnValue:
     context = {"page": page, "status": status, "task": task_id, "statuses": tuple(ExecutionStatus), "errors": errors,
                "link_args": link_args, "fragment": fragment,
                "general_errors": [m for f, m in errors.items() if f not in FILTER_FIELDS]}
-    code = 400 if errors and not fragment else 200  # htmx swaps no 4xx: a fragment shows its errors itself
+    code = error_status() if errors else 200  # a fragment shows its errors itself
     if fragment:
-        return render_template("executions_rows.html", **context), code
-    return render_template("executions.html", running=execution.leases(), **context), code
+        return render_template("executions/_rows.html", **context), code
+    return render_template("executions/index.html", running=execution.leases(), **context), code
 
 
 @bp.get("/running")
 def running() -> ResponseReturnValue:
     """Executions running now with their owner and lease (refreshed every 5 s on the list page)."""
     rows = scheduler_of(current_app).execution.leases()
-    template = "executions_running.html" if wants_fragment() else "executions_running_page.html"
-    return render_template(template, running=rows)
+    return render_template(page_or_fragment("executions/running.html", "executions/_running.html"), running=rows)
+
+
+def _unknown_page(errors: dict[str, dict[str, str]] | None = None) -> str:
+    rows = scheduler_of(current_app).execution.list_unknown(UNKNOWN_SHOWN, 0)
+    return render_template("executions/unknown.html", rows=rows, errors=errors or {})
 
 
 @bp.get("/unknown")
 def unknown() -> ResponseReturnValue:
-    rows = scheduler_of(current_app).execution.list_unknown(100, 0)
-    return render_template("unknown.html", rows=rows, errors={})
+    return _unknown_page()
 
 
 @bp.post("/<occurrence_id>/resolve")
@@ -75,11 +82,10 @@ def resolve(occurrence_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     status = request.form.get("status", "")
     reason = request.form.get("reason", "").strip()
-    expected = request.form.get("expected_updated_at", type=int)
-    errors = _resolution_errors(status, reason, expected)
+    expected = posted_version()
+    errors = review_errors(status, RESOLUTIONS, reason, expected)
     if errors:
-        rows = scheduler.execution.list_unknown(100, 0)
-        return render_template("unknown.html", rows=rows, errors={occurrence_id: errors}), 400
+        return _unknown_page({occurrence_id: errors}), 400
     before = scheduler.execution.get(occurrence_id)
     try:
         after = scheduler.execution.resolve_unknown(occurrence_id, status, expected or 0, g.user.name, reason)
@@ -88,23 +94,8 @@ def resolve(occurrence_id: str) -> ResponseReturnValue:
               "Nothing was changed; review it again.", "error")
         return redirect(url_for("executions.unknown")), 303
     except ConfigError as exc:
-        return render_template("unknown.html", rows=scheduler.execution.list_unknown(100, 0),
-                               errors={occurrence_id: {exc.field: exc.message}}), 400
-    scheduler.audit.record(
-        g.user.name, "execution.resolve_unknown", occurrence_id, before={"status": before.status},
-        after={"status": after.status}, reason=reason)
+        return _unknown_page({occurrence_id: {exc.field: exc.message}}), 400
+    record_action("execution.resolve_unknown", occurrence_id, before={"status": before.status},
+                  after={"status": after.status}, reason=reason)
     flash(f"Execution {occurrence_id} resolved as {status}.", "success")
     return redirect(url_for("executions.unknown")), 303
-
-
-def _resolution_errors(status: str, reason: str, expected: int | None) -> dict[str, str]:
-    errors = {}
-    if status not in ("success", "discarded"):
-        errors["status"] = "Choose success or discarded."
-    if not reason:
-        errors["reason"] = "A reason is required: say what you checked."
-    elif len(reason) > 2000:
-        errors["reason"] = "Keep the reason under 2000 characters."
-    if expected is None:
-        errors["expected_updated_at"] = "The page is missing the row version; reload it."
-    return errors

@@ -20,13 +20,15 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ExecutionNotFoundError, LogPersistFailedError
 from scheduler_core.secrets import MASK, is_secret_name, mask_url, mask_values
 from scheduler_core.statuses import AttemptStatus
+from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import scheduler_of
 
 bp = Blueprint("logs", __name__, url_prefix="/logs")
@@ -41,12 +43,6 @@ _SECRET_ASSIGNMENT = re.compile(
     r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>[\"']?\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)")
 _NOT_A_NAME = re.compile(r"(Error|Exception|Warning)$")
 _BEARER = re.compile(r"\b(?P<kind>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
-
-
-def wants_fragment() -> bool:
-    """An HTMX request for a part of the page. Boosted requests (``hx-boost`` forms, and the
-    page they are redirected to) want the whole page: htmx swaps it into the body."""
-    return bool(request.headers.get("HX-Request")) and not request.headers.get("HX-Boosted")
 
 
 # --- filters ----------------------------------------------------------------------------
@@ -166,9 +162,8 @@ def index() -> ResponseReturnValue:
             query.errors[exc.field] = exc.message
     fragment = wants_fragment()
     general = [message for name, message in query.errors.items() if name not in FILTER_FIELDS]
-    # An HTMX swap shows its errors in the fragment (htmx swaps no 4xx answer), a page answers 400.
-    code = 400 if query.errors and not fragment else 200
-    return render_template("logs_rows.html" if fragment else "logs.html", page=page, query=query,
+    code = error_status() if query.errors else 200  # an htmx swap shows its errors in the fragment
+    return render_template(page_or_fragment("logs/index.html", "logs/_rows.html"), page=page, query=query,
                            link_args=_link_args(query), statuses=tuple(AttemptStatus), mask_text=mask_text,
                            fragment=fragment, general_errors=general), code
 
@@ -178,15 +173,15 @@ def detail(log_id: str) -> ResponseReturnValue:
     log = scheduler_of(current_app).execution.log(log_id)
     if log is None:
         abort(404, description=f"No log row {log_id!r} (pruned, or not projected yet).")
-    return render_template("logs_detail.html", log=log, error=mask_text(log.error), result=shown_result(log.result))
+    return render_template("logs/detail.html", log=log, error=mask_text(log.error), result=shown_result(log.result))
 
 
 @bp.get("/failures")
 def failures() -> ResponseReturnValue:
     execution = scheduler_of(current_app).execution
     rows = execution.list_log_failures(FAILURES_SHOWN, 0)
-    template = "logs_failures_rows.html" if wants_fragment() else "logs_failures.html"
-    return render_template(template, rows=rows, count=execution.log_failure_count())
+    return render_template(page_or_fragment("logs/failures.html", "logs/_failures_rows.html"), rows=rows,
+                           count=execution.log_failure_count())
 
 
 @bp.post("/failures/<occurrence_id>/repair")
@@ -205,8 +200,8 @@ def repair(occurrence_id: str) -> ResponseReturnValue:
         flash(f"The log of {occurrence_id} is already {result.log_persistence or 'not pending'} "
               "(someone else may have repaired it). Nothing was changed.", "info")
         return redirect(url_for("logs.failures"), 303)
-    scheduler.audit.record(g.user.name, "log.repair", occurrence_id, before={"log_persistence": "pending"},
-                           after={"log_persistence": result.log_persistence})
+    record_action("log.repair", occurrence_id, before={"log_persistence": "pending"},
+                  after={"log_persistence": result.log_persistence})
     flash(f"The log of {occurrence_id} was written from the journal.", "success")
     return redirect(url_for("logs.failures"), 303)
 
@@ -217,9 +212,9 @@ def repair_all() -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     before = scheduler.execution.log_failure_count()
     result = scheduler.execution.repair_all(REPAIR_ALL_ROUNDS)
-    scheduler.audit.record(g.user.name, "log.repair_all", "log failures", before={"pending": before.label},
-                           after={"repaired": result.repaired, "failed": result.failed,
-                                  "remaining": result.remaining.label, "rounds": result.rounds})
+    record_action("log.repair_all", "log failures", before={"pending": before.label},
+                  after={"repaired": result.repaired, "failed": result.failed, "remaining": result.remaining.label,
+                         "rounds": result.rounds})
     message = f"Repaired {result.repaired:,} log(s); {result.remaining.label} remain."
     if result.failed:
         message += f" {result.failed:,} could not be repaired (see the server log)."

@@ -1,10 +1,11 @@
-"""The scheduler of a dashboard process.
+"""The scheduler of a dashboard process, and the other services its pages reach.
 
 ``create_app`` makes one ``Scheduler`` per app and initialises it (the operator API -- triggers,
-resolutions, repairs -- goes through it). Under ``hai-scheduler serve`` gunicorn starts its
-tick loop in each worker after the fork (``post_worker_init``): threads do not survive a fork,
-so the app must not be preloaded in the master. ``worker_exit`` closes it, handing running
-attempts over as DESIGN §5 Lifecycle says.
+resolutions, repairs -- goes through it), a ``Reach`` on the same engine, and the dashboard's
+own ``Accounts`` (users) and ``AuditTrail``; the pages find each through an accessor here.
+Under ``hai-scheduler serve`` gunicorn starts the scheduler's tick loop in each worker after the
+fork (``post_worker_init``): threads do not survive a fork, so the app must not be preloaded in
+the master. ``worker_exit`` closes it, handing running attempts over as DESIGN §5 Lifecycle says.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.errors import ReachConfigError
 from scheduler_core.reach import Reach
+from scheduler_core.runtime.accounts import Accounts, AuditTrail
 
 logger = logging.getLogger("webapp.node")
 NODE_CONCURRENCY = 4  # handler threads of the node in each dashboard worker
@@ -67,6 +69,18 @@ def reach_of(app: Flask) -> Reach:
 def scheduler_of(app: Flask) -> Scheduler:
     scheduler: Scheduler = app.extensions["hai_scheduler"]
     return scheduler
+
+
+def accounts_of(app: Flask) -> Accounts:
+    """The dashboard's users (logins, roles, the users pages)."""
+    accounts: Accounts = app.extensions["hai_accounts"]
+    return accounts
+
+
+def audit_of(app: Flask) -> AuditTrail:
+    """The audit trail every operator action is recorded in."""
+    audit: AuditTrail = app.extensions["hai_audit"]
+    return audit
 
 
 def start_node(app: Flask) -> None:

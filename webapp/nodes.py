@@ -18,4 +18,4 @@ def index() -> ResponseReturnValue:
     leases = defaultdict(list)
     for execution in scheduler.execution.leases():
         leases[execution.owner_node or "?"].append(execution)
-    return render_template("nodes.html", nodes=scheduler.nodes(), leases=leases)
+    return render_template("nodes/index.html", nodes=scheduler.nodes(), leases=leases)

@@ -37,23 +37,21 @@ from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFound
 from scheduler_core.reach import Reach
 from scheduler_core.reach.queue import FAILURE_CLASSES, QUEUE_STATUSES, BulkPreview
 from scheduler_core.reach.templates import parse_values
+from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.node import reach_of, scheduler_of
+from webapp.forms import posted_version, review_errors
+from webapp.htmx import error_status, page_or_fragment
+from webapp.node import reach_of
 
 bp = Blueprint("notifications", __name__, url_prefix="/notifications")
 PAGE = 50
 COUNT_CAP = 10_000  # counts above this show as "10000+": each status is a bounded index scan
-REASON_MAX = 2000
 CONFLICT = ("changed since the page was loaded (someone else may have acted on it). "
             "Nothing was changed; review it again.")
 
 
 def _reach() -> Reach:
     return reach_of(current_app)
-
-
-def _fragment(full: str, part: str) -> str:
-    return part if request.headers.get("HX-Request") else full
 
 
 def _arg(name: str) -> str | None:
@@ -83,13 +81,13 @@ def index() -> ResponseReturnValue:
     status = request.args.get("status") or "pending"
     page = _reach().queue.browse(status, limit=PAGE, after=_arg("after"))
     held = _held_label(str(_reach().config["dnd"]["timezone"]))
-    return render_template(_fragment("notifications.html", "notification_rows.html"), status=status, page=page,
-                           counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP, held=held)
+    return render_template(page_or_fragment("notifications/index.html", "notifications/_rows.html"), status=status,
+                           page=page, counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP, held=held)
 
 
 @bp.get("/counts")
 def counts() -> ResponseReturnValue:
-    return render_template("notification_counts.html", counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP,
+    return render_template("notifications/_counts.html", counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP,
                            status=request.args.get("status") or "pending")
 
 
@@ -103,7 +101,7 @@ def _dead_filters() -> dict[str, str | None]:
 def _dead_page(errors: dict[str, dict[str, str]] | None = None, after: str | None = None) -> str:
     filters = _dead_filters()
     page = _reach().queue.browse("dead", limit=PAGE, after=after, **filters)
-    return render_template(_fragment("notification_dead.html", "notification_dead_rows.html"), page=page,
+    return render_template(page_or_fragment("notifications/dead.html", "notifications/_dead_rows.html"), page=page,
                            filters=filters, errors=errors or {}, providers=_reach().provider_names(),
                            failures=FAILURE_CLASSES)
 
@@ -117,7 +115,7 @@ def dead() -> ResponseReturnValue:
 @require_role("operator")
 def requeue(queue_id: str) -> ResponseReturnValue:
     queue = _reach().queue
-    expected = request.form.get("expected_updated_at", type=int)
+    expected = posted_version()
     if expected is None:
         return _dead_page({queue_id: {"expected_updated_at": "The page is missing the row version; reload it."}}), 400
     try:
@@ -128,9 +126,8 @@ def requeue(queue_id: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Dead letter {queue_id} {CONFLICT}", "error")
         return redirect(url_for("notifications.dead")), 303
-    scheduler_of(current_app).audit.record(
-        g.user.name, "notification.requeue", queue_id, before=_entry_audit(before, expected),
-        after={"status": after.status, "attempt_count": after.attempt_count})
+    record_action("notification.requeue", queue_id, before=_entry_audit(before, expected),
+                  after={"status": after.status, "attempt_count": after.attempt_count})
     flash(f"Dead letter {queue_id} requeued: it goes out in the next delivery round.", "success")
     return redirect(url_for("notifications.dead")), 303
 
@@ -146,7 +143,7 @@ def _entry_audit(entry: Any, expected: int | None) -> dict[str, Any]:
 @bp.get("/dead/bulk")
 def bulk_preview() -> ResponseReturnValue:
     preview = _reach().queue.preview_bulk_requeue(**_dead_filters())
-    return render_template("notification_bulk.html", preview=preview, errors={})
+    return render_template("notifications/bulk.html", preview=preview, errors={})
 
 
 def _form_int(name: str) -> int:
@@ -173,13 +170,12 @@ def bulk_requeue() -> ResponseReturnValue:
     except ReachConfigError as exc:
         shown = BulkPreview(request.form.get("provider") or None, request.form.get("failure") or None,
                             request.form.get("template") or None, 0, None, 0)
-        return render_template("notification_bulk.html", preview=shown, errors={exc.field: exc.message}), 400
+        return render_template("notifications/bulk.html", preview=shown, errors={exc.field: exc.message}), 400
     filters = {"provider": preview.provider, "failure": preview.failure, "template": preview.template}
-    scheduler_of(current_app).audit.record(
-        g.user.name, "notification.bulk_requeue", "dead letters",
-        before={"filter": filters, "bound_at": preview.bound_at, "bound_id": preview.bound_id,
-                "previewed": preview.count},
-        after={"requeued": result.requeued, "changed": result.changed})
+    record_action("notification.bulk_requeue", "dead letters",
+                  before={"filter": filters, "bound_at": preview.bound_at, "bound_id": preview.bound_id,
+                          "previewed": preview.count},
+                  after={"requeued": result.requeued, "changed": result.changed})
     message = f"Requeued {result.requeued} of the {result.previewed} previewed dead letters."
     if result.changed:
         message += f" {result.changed} had changed since the preview and were left as they are."
@@ -193,7 +189,7 @@ def bulk_requeue() -> ResponseReturnValue:
 
 def _unknown_page(errors: dict[str, dict[str, str]] | None = None) -> str:
     page = _reach().queue.browse("unknown", limit=PAGE, after=_arg("after"))
-    return render_template("notification_unknown.html", page=page, errors=errors or {})
+    return render_template("notifications/unknown.html", page=page, errors=errors or {})
 
 
 @bp.get("/unknown")
@@ -202,19 +198,11 @@ def unknown() -> ResponseReturnValue:
 
 
 def _resolution_errors(status: str, reason: str, message_id: str | None, expected: int | None) -> dict[str, str]:
-    errors = {}
-    if status not in ("sent", "discarded"):
-        errors["status"] = "Choose sent or discarded."
-    elif status == "discarded" and message_id:
+    errors = review_errors(status, ("sent", "discarded"), reason, expected)
+    if status == "discarded" and message_id:
         errors["message_id"] = "A message id only goes with \"sent\"."
     if message_id is not None and len(message_id) > 255:
         errors["message_id"] = "Keep the message id under 256 characters."
-    if not reason:
-        errors["reason"] = "A reason is required: say what you checked."
-    elif len(reason) > REASON_MAX:
-        errors["reason"] = f"Keep the reason under {REASON_MAX} characters."
-    if expected is None:
-        errors["expected_updated_at"] = "The page is missing the row version; reload it."
     return errors
 
 
@@ -224,7 +212,7 @@ def resolve(queue_id: str) -> ResponseReturnValue:
     status = request.form.get("status", "")
     reason = request.form.get("reason", "").strip()
     message_id = request.form.get("message_id", "").strip() or None
-    expected = request.form.get("expected_updated_at", type=int)
+    expected = posted_version()
     errors = _resolution_errors(status, reason, message_id, expected)
     if errors:
         return _unknown_page({queue_id: errors}), 400
@@ -237,10 +225,8 @@ def resolve(queue_id: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Delivery {queue_id} {CONFLICT}", "error")
         return redirect(url_for("notifications.unknown")), 303
-    scheduler_of(current_app).audit.record(
-        g.user.name, "notification.resolve_unknown", queue_id,
-        before=_entry_audit(before, expected), after={"status": after.status, "message_id": after.message_id},
-        reason=reason)
+    record_action("notification.resolve_unknown", queue_id, before=_entry_audit(before, expected),
+                  after={"status": after.status, "message_id": after.message_id}, reason=reason)
     flash(f"Delivery {queue_id} resolved as {status}.", "success")
     return redirect(url_for("notifications.unknown")), 303
 
@@ -251,7 +237,7 @@ def resolve(queue_id: str) -> ResponseReturnValue:
 @bp.get("/templates")
 def templates() -> ResponseReturnValue:
     reach = _reach()
-    return render_template("notification_templates.html", configured=reach.configured_templates(),
+    return render_template("notifications/templates.html", configured=reach.configured_templates(),
                            stored=reach.templates.stored())
 
 
@@ -275,14 +261,14 @@ def template(name: str) -> ResponseReturnValue:
             error = exc.message if exc.field == "vars" else f"{exc.field.removeprefix('vars.')}: {exc.message}"
     stored = _reach().templates.stored_one(name)
     configured = any(t.name == name for t in _reach().configured_templates())
-    status = 400 if error and not request.headers.get("HX-Request") else 200  # htmx swaps 2xx answers only
-    return render_template(_fragment("notification_template.html", "notification_preview.html"), template=found,
-                           stored=None if configured else stored, typed=typed or "", preview=preview,
+    status = error_status() if error else 200
+    return render_template(page_or_fragment("notifications/template.html", "notifications/_preview.html"),
+                           template=found, stored=None if configured else stored, typed=typed or "", preview=preview,
                            vars_error=error), status
 
 
 def _template_form(mode: str, values: dict[str, Any], errors: dict[str, str], status: int = 200) -> ResponseReturnValue:
-    return render_template("notification_template_form.html", mode=mode, values=values, errors=errors,
+    return render_template("notifications/template_form.html", mode=mode, values=values, errors=errors,
                            providers=_reach().provider_names()), status
 
 
@@ -306,8 +292,7 @@ def create_template() -> ResponseReturnValue:
         saved = _reach().templates.create(values["name"], values["provider"], values["body"], values["subject"])
     except ReachConfigError as exc:
         return _template_form("create", values, {exc.field: exc.message}, 400)
-    scheduler_of(current_app).audit.record(g.user.name, "template.save", saved.name, before=None,
-                                           after=_template_audit(saved))
+    record_action("template.save", saved.name, before=None, after=_template_audit(saved))
     flash(f"Template {saved.name} created.", "success")
     return redirect(url_for("notifications.template", name=saved.name)), 303
 
@@ -331,7 +316,7 @@ def edit_template(name: str) -> ResponseReturnValue:
 def update_template(name: str) -> ResponseReturnValue:
     before = _stored_or_404(name)
     values = {**_posted_template(), "name": name, "updated_at": request.form.get("expected_updated_at", "")}
-    expected = request.form.get("expected_updated_at", type=int)
+    expected = posted_version()
     if expected is None:
         return _template_form("edit", values, {"expected_updated_at": "The page is missing the version; reload it."},
                               400)
@@ -342,8 +327,7 @@ def update_template(name: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Template {name} {CONFLICT}", "error")
         return redirect(url_for("notifications.edit_template", name=name)), 303
-    scheduler_of(current_app).audit.record(g.user.name, "template.save", name, before=_template_audit(before),
-                                           after=_template_audit(saved))
+    record_action("template.save", name, before=_template_audit(before), after=_template_audit(saved))
     flash(f"Template {name} saved.", "success")
     return redirect(url_for("notifications.template", name=name)), 303
 
@@ -352,7 +336,7 @@ def update_template(name: str) -> ResponseReturnValue:
 @require_role("admin")
 def delete_template(name: str) -> ResponseReturnValue:
     before = _stored_or_404(name)
-    expected = request.form.get("expected_updated_at", type=int)
+    expected = posted_version()
     if expected is None:
         abort(400, "The page is missing the template's version; reload it.")
     try:
@@ -360,7 +344,7 @@ def delete_template(name: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Template {name} {CONFLICT}", "error")
         return redirect(url_for("notifications.template", name=name)), 303
-    scheduler_of(current_app).audit.record(g.user.name, "template.delete", name, before=_template_audit(before))
+    record_action("template.delete", name, before=_template_audit(before))
     flash(f"Template {name} deleted.", "success")
     return redirect(url_for("notifications.templates")), 303
 
@@ -385,5 +369,5 @@ def _display(snapshot: dict[str, Any]) -> list[tuple[str, Any]]:
 def providers() -> ResponseReturnValue:
     reach = _reach()
     listed = [(s["name"], s["type"], _display(s)) for s in reach.provider_snapshots()]
-    return render_template("notification_providers.html", providers=listed, dnd=reach.config["dnd"],
+    return render_template("notifications/providers.html", providers=listed, dnd=reach.config["dnd"],
                            policy=reach.config["queue"])

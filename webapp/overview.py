@@ -15,7 +15,7 @@ from flask.typing import ResponseReturnValue
 
 from scheduler_core.runtime.execution_operations import COUNT_CAP, HourBucket
 from scheduler_core.statuses import ExecutionStatus
-from webapp.logs import wants_fragment
+from webapp.htmx import wants_fragment
 from webapp.node import reach_of, scheduler_of
 
 bp = Blueprint("overview", __name__)
@@ -78,7 +78,7 @@ def _chart() -> dict[str, Any]:
 
 @bp.get("/")
 def index() -> ResponseReturnValue:
-    return render_template("overview.html", **_counters(), **_chart())
+    return render_template("overview/index.html", **_counters(), **_chart())
 
 
 @bp.get("/overview/counters")
@@ -86,7 +86,7 @@ def counters() -> ResponseReturnValue:
     """The counters alone for the 5-second refresh (the whole page without HTMX)."""
     if not wants_fragment():
         return index()
-    return render_template("overview_counters.html", **_counters())
+    return render_template("overview/_counters.html", **_counters())
 
 
 @bp.get("/overview/chart")
@@ -94,4 +94,4 @@ def hourly_chart() -> ResponseReturnValue:
     """The chart alone for the refresh every minute (the whole page without HTMX)."""
     if not wants_fragment():
         return index()
-    return render_template("_chart_hourly.html", **_chart())
+    return render_template("overview/_chart_hourly.html", **_chart())

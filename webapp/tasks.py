@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
-from flask import Blueprint, Response, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.cron import describe, manual_occurrence_id
@@ -31,7 +31,10 @@ from scheduler_core.errors import (
 )
 from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
+from webapp.audit import record_action
 from webapp.auth import require_role
+from webapp.forms import posted_version
+from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm
 
@@ -66,20 +69,12 @@ def cron_text(expr: str) -> str:
         return ""
 
 
-def _is_fragment() -> bool:
-    return bool(request.headers.get("HX-Request"))
-
-
 def _log_links() -> bool:
     return "logs.detail" in current_app.view_functions
 
 
-def _expected_updated_at() -> int | None:
-    return request.form.get("expected_updated_at", type=int)
-
-
 def _audit(action: str, target: str, before: Any = None, after: Any = None) -> None:
-    scheduler_of(current_app).audit.record(g.user.name, action, target, before=before, after=after)
+    record_action(action, target, before=before, after=after)
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -96,20 +91,19 @@ def index() -> ResponseReturnValue:
     except ConfigError as exc:
         return _search_error(context, exc)
     context.update(page=page, error=None)
-    if _is_fragment():
-        return render_template("tasks_rows.html", oob=True, **context)
-    return render_template("tasks.html", **context)
+    if wants_fragment():
+        return render_template("tasks/_rows.html", oob=True, **context)
+    return render_template("tasks/index.html", **context)
 
 
 def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnValue:
     """A bad search: the message next to the search box, and the rows shown stay as they were."""
     message = exc.message.removeprefix(f"{exc.field}: ")
-    if _is_fragment():
-        response = Response(render_template("tasks_search_error.html", error=message))
+    if wants_fragment():
+        response = shown_again(render_template("tasks/_search_error.html", error=message))
         response.headers["HX-Reswap"] = "none"  # keep the rows; the error goes out of band
-        response.headers["HX-Push-Url"] = "false"
         return response
-    return render_template("tasks.html", page=None, error=message, **context), 400
+    return shown_again(render_template("tasks/index.html", page=None, error=message, **context))
 
 
 # --- cron preview ------------------------------------------------------------------------------
@@ -118,7 +112,7 @@ def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnVa
 @bp.get("/cron-preview")
 def cron_preview() -> ResponseReturnValue:
     """What a schedule being typed means (an HTMX fragment of the form)."""
-    return render_template("tasks_cron_preview.html", **_preview(request.args.get("cron", ""),
+    return render_template("tasks/_cron_preview.html", **_preview(request.args.get("cron", ""),
                                                                  request.args.get("timezone", "")))
 
 
@@ -139,7 +133,7 @@ def _preview(cron: str, timezone: str) -> dict[str, Any]:
 
 def _render_form(form: TaskForm, task: TaskDefinition | None, status: int = 200) -> ResponseReturnValue:
     shown = form.masked()
-    return render_template("task_form.html", form=shown, task=task, methods=METHODS,
+    return render_template("tasks/form.html", form=shown, task=task, methods=METHODS,
                            zones=_zone_names(), **_preview(shown.values["cron"], shown.values["timezone"])), status
 
 
@@ -193,7 +187,7 @@ def update(task_id: str) -> ResponseReturnValue:
     if current.handler_kind in CODE_KINDS:
         form.errors["kind"] = CODE_REFUSED
         return _render_form(form, current, 400)
-    expected = _expected_updated_at()
+    expected = posted_version()
     if expected is None:
         form.errors["form"] = "The form is missing the task's version; reload the page."
     definition = form.definition(current)
@@ -233,7 +227,7 @@ def disable(task_id: str) -> ResponseReturnValue:
 def _set_enabled(task_id: str, enabled: bool) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     current = scheduler.task_ops.get(task_id)
-    expected = _expected_updated_at()
+    expected = posted_version()
     if expected is None:
         abort(400, "The form is missing the task's version; reload the page.")
     try:
@@ -250,7 +244,7 @@ def _set_enabled(task_id: str, enabled: bool) -> ResponseReturnValue:
 @bp.get("/<path:task_id>/delete")
 @require_role("admin")
 def confirm_delete(task_id: str) -> ResponseReturnValue:
-    return render_template("task_delete.html", task=scheduler_of(current_app).task_ops.get(task_id))
+    return render_template("tasks/delete.html", task=scheduler_of(current_app).task_ops.get(task_id))
 
 
 @bp.post("/<path:task_id>/delete")
@@ -258,9 +252,9 @@ def confirm_delete(task_id: str) -> ResponseReturnValue:
 def delete(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     task = scheduler.task_ops.get(task_id)
-    expected = _expected_updated_at()
+    expected = posted_version()
     if expected is None:
-        return render_template("task_delete.html", task=task,
+        return render_template("tasks/delete.html", task=task,
                                error="The form is missing the task's version; reload the page."), 400
     try:
         deleted = scheduler.task_ops.delete(task_id, expected)
@@ -340,7 +334,7 @@ def _flash_started(task_id: str, occurrence: str, status: str, reason: str | Non
 @bp.get("/<path:task_id>")
 def detail(task_id: str) -> ResponseReturnValue:
     task = scheduler_of(current_app).task_ops.get(task_id)
-    if _is_fragment():
+    if wants_fragment():
         return occurrences(task_id)
     return _detail(task, {}, {})
 
@@ -350,7 +344,7 @@ def _detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str])
     history = ops.occurrences(task.id, HISTORY_PAGE, request.args.get("before") or None)
     definition = task.masked()
     code = definition["handler"].pop("code", None) if definition["handler"] else None
-    return render_template("task_detail.html", task=task, definition=definition, code=code,
+    return render_template("tasks/detail.html", task=task, definition=definition, code=code,
                            next_runs=ops.next_runs(task),
                            history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
                            log_links=_log_links(), code_kinds=CODE_KINDS)
@@ -362,5 +356,5 @@ def occurrences(task_id: str) -> ResponseReturnValue:
     ops = scheduler_of(current_app).task_ops
     task = ops.get(task_id)
     before = request.args.get("before") or None
-    return render_template("task_occurrences.html", task=task, history=ops.occurrences(task_id, HISTORY_PAGE, before),
+    return render_template("tasks/_occurrences.html", task=task, history=ops.occurrences(task_id, HISTORY_PAGE, before),
                            before=before, log_links=_log_links())

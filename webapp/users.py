@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Response, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.security import generate_password_hash
 
@@ -33,8 +33,11 @@ from scheduler_core.runtime.accounts import (
     check_role,
     check_username,
 )
+from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.node import scheduler_of
+from webapp.forms import posted_version
+from webapp.htmx import shown_again
+from webapp.node import accounts_of
 
 bp = Blueprint("users", __name__, url_prefix="/users")
 PAGE = 50
@@ -44,7 +47,7 @@ MISSING_VERSION = "The page is missing the user's version; reload it."
 
 
 def _accounts() -> Accounts:
-    return scheduler_of(current_app).users
+    return accounts_of(current_app)
 
 
 def _message(exc: ConfigError) -> str:
@@ -54,17 +57,12 @@ def _message(exc: ConfigError) -> str:
 
 def _audit(action: str, target: str, before: Any = None, after: Any = None) -> None:
     """Audited with the user's name, role and state only: never a password or its hash."""
-    scheduler_of(current_app).audit.record(g.user.name, action, target, before=before, after=after)
+    record_action(action, target, before=before, after=after)
 
 
 def _form_page(template: str, status: int, **context: Any) -> ResponseReturnValue:
-    """A form shown again with its errors (status 400); 200 to HTMX, which swaps no 4xx, and
-    the address bar stays on the page the form came from."""
-    if request.headers.get("HX-Request"):
-        response = Response(render_template(template, **context))
-        response.headers["HX-Push-Url"] = "false"
-        return response
-    return render_template(template, **context), status
+    """A form page: the form shown again with its errors when ``status`` is 400 (see ``shown_again``)."""
+    return shown_again(render_template(template, **context), status)
 
 
 def _user_or_404(name: str) -> User:
@@ -72,10 +70,6 @@ def _user_or_404(name: str) -> User:
     if user is None:
         abort(404, f"No user named {name!r}.")
     return user
-
-
-def _expected() -> int | None:
-    return request.form.get("expected_updated_at", type=int)
 
 
 # --- list ---------------------------------------------------------------------------------------
@@ -92,7 +86,7 @@ def index() -> ResponseReturnValue:
         abort(400, _message(exc))
     more = len(rows) > PAGE
     rows = rows[:PAGE]
-    return render_template("users.html", users=rows, after=after, next_after=rows[-1].name if more else None,
+    return render_template("users/index.html", users=rows, after=after, next_after=rows[-1].name if more else None,
                            admins=_accounts().count_enabled_admins())
 
 
@@ -100,7 +94,7 @@ def index() -> ResponseReturnValue:
 
 
 def _new_form(values: dict[str, str], errors: dict[str, str], status: int = 200) -> ResponseReturnValue:
-    return _form_page("user_new.html", status, values=values, errors=errors, roles=ROLES, min_password=MIN_PASSWORD)
+    return _form_page("users/new.html", status, values=values, errors=errors, roles=ROLES, min_password=MIN_PASSWORD)
 
 
 @bp.get("/new")
@@ -145,7 +139,7 @@ def _create_errors(values: dict[str, str], password: str, confirm: str) -> dict[
 
 
 def _manage(user: User, errors: dict[str, str] | None = None, status: int = 200) -> ResponseReturnValue:
-    return _form_page("user_manage.html", status, account=user, errors=errors or {}, roles=ROLES,
+    return _form_page("users/manage.html", status, account=user, errors=errors or {}, roles=ROLES,
                       min_password=MIN_PASSWORD)
 
 
@@ -164,7 +158,7 @@ def manage(name: str) -> ResponseReturnValue:
 @require_role("admin")
 def set_role(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
-    role, expected = request.form.get("role", ""), _expected()
+    role, expected = request.form.get("role", ""), posted_version()
     if expected is None:
         return _manage(user, {"role": MISSING_VERSION}, 400)
     if role == user.role and expected == user.updated_at:
@@ -197,7 +191,7 @@ def enable(name: str) -> ResponseReturnValue:
 
 def _set_disabled(name: str, disabled: bool) -> ResponseReturnValue:
     user = _user_or_404(name)
-    expected = _expected()
+    expected = posted_version()
     if expected is None:
         return _manage(user, {"disabled": MISSING_VERSION}, 400)
     try:
@@ -217,7 +211,7 @@ def _set_disabled(name: str, disabled: bool) -> ResponseReturnValue:
 @require_role("admin")
 def reset_password(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
-    expected = _expected()
+    expected = posted_version()
     password, confirm = request.form.get("password", ""), request.form.get("confirm", "")
     try:
         check_new_password(password, confirm)

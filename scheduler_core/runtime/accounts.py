@@ -1,8 +1,7 @@
 """Dashboard users and the audit trail, as the runtime's operator services.
 
 The webapp reaches the ``users`` and ``audit_log`` tables only through these (webapp ->
-runtime -> store): ``scheduler.users`` and ``scheduler.audit``, or ``Accounts(engine)`` /
-``AuditTrail(engine)`` for a command that has no scheduler (``create-user``).
+runtime -> store): it builds ``Accounts(engine)`` and ``AuditTrail(engine)`` from its engine.
 
 Passwords never come here: the caller hashes them (werkzeug) and hands over the hash;
 ``check_new_password`` only holds the rules a new password must meet, so every caller

@@ -26,7 +26,6 @@ from scheduler_core.errors import (
 )
 from scheduler_core.executors import Executor, ExecutorRegistry
 from scheduler_core.model import UPDATABLE_FIELDS, ExecutionLog, TaskDefinition, validate_task
-from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import ExecutionOperations, check_log_filter
 from scheduler_core.runtime.hooks import Hooks
@@ -69,8 +68,6 @@ class Scheduler:
         self._closing = threading.Event()
         self._tick_listeners: list[Callable[[int], None]] = []
         self.execution = ExecutionOperations(self.context, engine, self._config)
-        self.users = Accounts(engine)
-        self.audit = AuditTrail(engine)
         self.task_ops = TaskOperations(self.context)
 
     # --- properties -----------------------------------------------------------------

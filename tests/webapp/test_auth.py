@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
 from tests.webapp.conftest import Auth
+from webapp.node import accounts_of
 
 
 def test_healthz_answers_without_login(client: FlaskClient) -> None:
@@ -62,7 +63,7 @@ def test_no_open_redirect_after_login(client: FlaskClient, auth: Auth) -> None:
 
 
 def test_disabled_or_unknown_users_cannot_log_in(app: Flask, auth: Auth) -> None:
-    app.extensions["hai_scheduler"].users.create("viewer1", "viewer", generate_password_hash("pw-viewer-1"))
+    accounts_of(app).create("viewer1", "viewer", generate_password_hash("pw-viewer-1"))
     assert auth.login("viewer1", "pw-viewer-1").status_code == 302
     assert auth.login("nobody", "whatever1").status_code == 401
 
@@ -75,7 +76,7 @@ def test_secret_key_is_generated_once_beside_the_database(app: Flask, tmp_path: 
 
 def test_a_password_reset_or_a_disable_ends_open_sessions_for_good(app: Flask, client: FlaskClient,
                                                                      auth: Auth) -> None:
-    users = app.extensions["hai_scheduler"].users
+    users = accounts_of(app)
     users.create("carol", "operator", generate_password_hash("carol-pw-1"))
     assert auth.login("carol", "carol-pw-1").status_code == 302 and client.get("/").status_code == 200
     users.set_password("carol", generate_password_hash("carol-pw-2"))  # e.g. reset by an admin

@@ -15,6 +15,7 @@ from scheduler_core import TaskDefinition
 from scheduler_core.db.tables import executions
 from tests.helpers.journal import abandon_running_execution, execution_row, insert_rows, wait_for_status
 from tests.webapp.conftest import Auth, csrf_token
+from webapp.node import accounts_of, audit_of
 
 
 def _unknown_execution(app: Flask) -> Any:
@@ -67,14 +68,14 @@ def test_resolve_unknown_with_reason_and_version(app: Flask, client: FlaskClient
     resolved = scheduler.execution.get(unknown.occurrence_id)
     assert (resolved.status, resolved.resolved_by, resolved.resolution_reason) == (
         "discarded", "admin", "checked the ledger")
-    [entry] = scheduler.audit.list(action="execution.resolve_unknown")
+    [entry] = audit_of(app).list(action="execution.resolve_unknown")
     assert (entry.actor, entry.target, entry.before, entry.after, entry.reason) == (
         "admin", unknown.occurrence_id, {"status": "unknown"}, {"status": "discarded"}, "checked the ledger")
 
 
 def test_viewer_cannot_resolve(app: Flask, client: FlaskClient, auth: Auth) -> None:
     unknown = _unknown_execution(app)
-    app.extensions["hai_scheduler"].users.create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
+    accounts_of(app).create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
     auth.login("viewer1", "viewer-pw-1")
     assert "Resolve as" not in client.get("/executions/unknown").get_data(as_text=True)
     refused = _resolve(client, unknown.occurrence_id, status="discarded", reason="x",
@@ -112,7 +113,7 @@ def test_keyset_pages_walk_every_execution_once(app: Flask, client: FlaskClient,
                           task_id=("a", "b", "c")[i % 3]) for i in range(111)]  # seven rows share a created_at
     insert_rows(app.extensions["hai_engine"], executions, rows)
     newest_first = sorted(rows, key=lambda r: (r["created_at"], r["occurrence_id"]), reverse=True)
-    app.extensions["hai_scheduler"].users.create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
+    accounts_of(app).create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
     auth.login("viewer1", "viewer-pw-1")
     assert _walk(client, "/executions/") == [r["occurrence_id"] for r in newest_first]
     assert _walk(client, "/executions/?status=failed&task=b") == [
@@ -162,3 +163,18 @@ def test_running_now_refreshes(app: Flask, client: FlaskClient, auth: Auth) -> N
         scheduler.stop()
     assert "<td>slow</td>" not in client.get("/executions/running", headers={"HX-Request": "true"}).get_data(
         as_text=True)
+
+
+def test_a_refused_resolution_shows_its_errors_on_the_card_or_above_the_cards(app: Flask, client: FlaskClient,
+                                                                              auth: Auth) -> None:
+    unknown = _unknown_execution(app)
+    auth.login()
+    on_card = _resolve(client, unknown.occurrence_id, status="maybe", reason=" ")
+    page = html.unescape(on_card.get_data(as_text=True))
+    card = page.split(unknown.occurrence_id, 1)[1]
+    assert on_card.status_code == 400 and "Choose success or discarded." in card
+    assert 'aria-invalid="true"' in card and "The page is missing the row version; reload it." in card
+    not_shown = _resolve(client, "no-such-occurrence", status="success", reason=" ", expected_updated_at=1)
+    page = html.unescape(not_shown.get_data(as_text=True))
+    assert not_shown.status_code == 400
+    assert 'role="alert">reason: A reason is required' in page.split(unknown.occurrence_id, 1)[0]

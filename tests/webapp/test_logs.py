@@ -16,13 +16,14 @@ from werkzeug.security import generate_password_hash
 from scheduler_core.db.tables import logs
 from tests.helpers.journal import insert_rows, journal_pending, log_row
 from tests.webapp.conftest import Auth, csrf_token
+from webapp.node import accounts_of, audit_of
 
 DETAIL = re.compile(r'href="/logs/entry/([^"]+)"')
 OLDER = re.compile(r'<a [^>]*href="([^"]+)"[^>]*rel="next"')
 
 
 def _viewer(app: Flask, auth: Auth, role: str = "viewer") -> None:
-    app.extensions["hai_scheduler"].users.create(f"{role}1", role, generate_password_hash(f"{role}-pw-1"))
+    accounts_of(app).create(f"{role}1", role, generate_password_hash(f"{role}-pw-1"))
     auth.login(f"{role}1", f"{role}-pw-1")
 
 
@@ -147,7 +148,7 @@ def test_failures_page_and_repair_per_row(app: Flask, client: FlaskClient, auth:
     after = client.get("/logs/failures").get_data(as_text=True)
     assert "was written from the journal" in after and pending[0] not in after.split("</main>")[0].split(
         "<table>")[1]
-    [entry] = scheduler.audit.list(action="log.repair")
+    [entry] = audit_of(app).list(action="log.repair")
     assert (entry.actor, entry.target, entry.before, entry.after) == (
         "operator1", pending[0], {"log_persistence": "pending"}, {"log_persistence": "persisted"})
     again = _repair(client, pending[0])  # someone else was faster: nothing to do, nothing audited
@@ -155,7 +156,7 @@ def test_failures_page_and_repair_per_row(app: Flask, client: FlaskClient, auth:
     missing = _repair(client, "no-such-occurrence")
     assert missing.status_code == 303 and "There is no execution" in client.get("/logs/failures").get_data(
         as_text=True)
-    assert len(scheduler.audit.list(action="log.repair")) == 1
+    assert len(audit_of(app).list(action="log.repair")) == 1
     with _engine(app).connect() as conn:
         assert conn.execute(select(func.count()).select_from(logs)).scalar_one() == 1
         conn.rollback()
@@ -170,7 +171,7 @@ def test_repair_all_drains_and_reports(app: Flask, client: FlaskClient, auth: Au
     page = client.get("/logs/failures").get_data(as_text=True)
     assert "Repaired 130 log(s); 0 remain." in page and "Every log is written." in page
     assert scheduler.execution.log_failure_count().value == 0
-    [entry] = scheduler.audit.list(action="log.repair_all")
+    [entry] = audit_of(app).list(action="log.repair_all")
     assert entry.actor == "operator1" and entry.before == {"pending": "130"}
     assert entry.after == {"repaired": 130, "failed": 0, "remaining": "0", "rounds": 2}
 
@@ -189,4 +190,4 @@ def test_viewer_and_missing_csrf_change_nothing(app: Flask, client: FlaskClient,
     assert _repair(client, pending, token=None).status_code == 400
     assert client.post("/logs/failures/repair-all").status_code == 400
     assert scheduler.execution.get(pending).log_persistence == "pending"
-    assert scheduler.audit.list(action="log.repair") == [] and scheduler.audit.list(action="log.repair_all") == []
+    assert audit_of(app).list(action="log.repair") == [] and audit_of(app).list(action="log.repair_all") == []

@@ -32,6 +32,7 @@ from scheduler_core.store.reach_queue import QueueRepository
 from tests.helpers.http_server import RecordingServer
 from tests.webapp.conftest import ADMIN_PASSWORD, Auth, csrf_token
 from webapp import create_app
+from webapp.node import accounts_of, audit_of
 from webapp.notifications import PAGE
 
 DND_ZONE = "Asia/Kolkata"  # a half-hour offset: HH:MM must be the window's wall time, not UTC's
@@ -125,7 +126,7 @@ def _delivered(app: Flask, runner: Reach, provider: str, count: int = 1, status:
 
 
 def _user(app: Flask, auth: Auth, role: str) -> None:
-    app.extensions["hai_scheduler"].users.create(f"{role}1", role, generate_password_hash(f"{role}-pw-1"))
+    accounts_of(app).create(f"{role}1", role, generate_password_hash(f"{role}-pw-1"))
     auth.login(f"{role}1", f"{role}-pw-1")
 
 
@@ -144,7 +145,7 @@ def _hidden(page: str, name: str) -> str:
 
 
 def _audit(app: Flask, action: str) -> list[Any]:
-    entries: list[Any] = app.extensions["hai_scheduler"].audit.list(action=action)
+    entries: list[Any] = audit_of(app).list(action=action)
     return entries
 
 
@@ -426,7 +427,7 @@ def _unchanged(app: Flask) -> None:
     counts = _reach(app).queue.counts()
     assert (counts["dead"], counts["unknown"], counts["pending"]) == (1, 1, 0)
     assert [(t.name, t.body) for t in _reach(app).templates.stored()] == [("kept", "Body {x}")]
-    actions = [e.action for e in app.extensions["hai_scheduler"].audit.list()]
+    actions = [e.action for e in audit_of(app).list()]
     assert not [action for action in actions if action.startswith(("notification.", "template."))]
 
 

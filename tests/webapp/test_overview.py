@@ -16,6 +16,7 @@ from scheduler_core.db.tables import executions, reach_queue
 from scheduler_core.store.journal_queries import HOUR_MS
 from tests.helpers.journal import db_now, execution_row, insert_rows, journal_pending
 from tests.webapp.conftest import Auth
+from webapp.node import accounts_of
 
 # the two parts of a card: its link and its figure
 CARD = re.compile(r'<a class="card card-link[^"]*" href="([^"]+)">\s*<h2>(.*?)</h2>\s*<p class="figure">([^<]*)</p>',
@@ -23,7 +24,7 @@ CARD = re.compile(r'<a class="card card-link[^"]*" href="([^"]+)">\s*<h2>(.*?)</
 
 
 def _login_viewer(app: Flask, auth: Auth) -> None:
-    app.extensions["hai_scheduler"].users.create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
+    accounts_of(app).create("viewer1", "viewer", generate_password_hash("viewer-pw-1"))
     auth.login("viewer1", "viewer-pw-1")
 
 

@@ -10,6 +10,7 @@ from flask.testing import FlaskClient
 
 from scheduler_core import TaskDefinition
 from tests.webapp.conftest import Auth
+from webapp.node import audit_of
 
 
 def test_nodes_page_shows_nodes_and_their_leases(app: Flask, client: FlaskClient, auth: Auth) -> None:
@@ -38,7 +39,7 @@ def test_nodes_page_shows_nodes_and_their_leases(app: Flask, client: FlaskClient
 
 
 def test_audit_page_filters(app: Flask, client: FlaskClient, auth: Auth) -> None:
-    audit = app.extensions["hai_scheduler"].audit
+    audit = audit_of(app)
     audit.record("alice", "execution.resolve_unknown", "occ-1", before={"status": "unknown"},
                  after={"status": "success"}, reason="ok")
     audit.record("bob", "task.trigger", "report")

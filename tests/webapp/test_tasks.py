@@ -19,6 +19,7 @@ from scheduler_core import Scheduler, TaskDefinition
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.journal import wait_for_status
 from tests.webapp.conftest import Auth, csrf_token
+from webapp.node import accounts_of, audit_of
 
 SECRETS = ("Bearer s3cr3t-header", "hunter2-url", "p4ram-token")
 API_FORM = {
@@ -39,7 +40,7 @@ def _login_as(app: Flask, auth: Auth, role: str) -> None:
     if role == "admin":
         auth.login()
         return
-    _scheduler(app).users.create(f"{role}1", role, generate_password_hash(f"{role}-pw-1"))
+    accounts_of(app).create(f"{role}1", role, generate_password_hash(f"{role}-pw-1"))
     auth.login(f"{role}1", f"{role}-pw-1")
 
 
@@ -60,7 +61,7 @@ def _field_error(page: str, field: str) -> str:
 
 
 def _audit(app: Flask, action: str) -> list[Any]:
-    return _scheduler(app).audit.list(action=action)
+    return audit_of(app).list(action=action)
 
 
 class _FormReader(HTMLParser):
@@ -429,7 +430,7 @@ def _every_post(app: Flask) -> list[tuple[str, dict[str, Any]]]:
 def _unchanged(app: Flask) -> tuple[Any, ...]:
     scheduler = _scheduler(app)
     return ([row.task for row in scheduler.task_ops.search("").rows],
-            [e.occurrence_id for e in scheduler.task_ops.occurrences("report").rows], scheduler.audit.list())
+            [e.occurrence_id for e in scheduler.task_ops.occurrences("report").rows], audit_of(app).list())
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator"])

@@ -21,6 +21,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from scheduler_core.runtime.accounts import Accounts, User
 from tests.webapp.conftest import ADMIN_PASSWORD, Auth, csrf_token
+from webapp.node import accounts_of, audit_of
 from webapp.users import PAGE
 
 NEW_PASSWORD = "n3w-Secret-pass!"
@@ -28,7 +29,7 @@ CONFLICT_TEXT = "changed since the page was loaded"
 
 
 def _accounts(app: Flask) -> Accounts:
-    accounts: Accounts = app.extensions["hai_scheduler"].users
+    accounts: Accounts = accounts_of(app)
     return accounts
 
 
@@ -64,7 +65,7 @@ def _flashes(client: FlaskClient, path: str) -> str:
 
 
 def _audit(app: Flask, action: str | None = None) -> list[Any]:
-    entries: list[Any] = app.extensions["hai_scheduler"].audit.list(action=action, limit=100)
+    entries: list[Any] = audit_of(app).list(action=action, limit=100)
     return entries
 
 
