@@ -9,7 +9,7 @@ from typing import Any
 
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError
-from scheduler_core.secrets import mask_values, masked_handler
+from scheduler_core.masking import mask_values, masked_handler
 from scheduler_core.statuses import TERMINAL_STATUSES, ExecutionStatus, LogPersistenceStatus, Trigger
 from scheduler_core.validation import (
     check_bool,

@@ -18,7 +18,6 @@ from typing import Any
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 from flask_wtf.csrf import CSRFProtect
-from sqlalchemy.engine import Engine
 
 from scheduler_core.db import DatabaseConfig, engine_options, health_check, prepare_engine, upgrade
 from scheduler_core.db.config import is_production
@@ -27,8 +26,8 @@ from scheduler_core.reach import QueuePolicy
 from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from webapp import audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
+from webapp.first_start import bootstrap_admin, secret_key
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
-from webapp.secrets import bootstrap_admin, secret_key
 
 db = SQLAlchemy()
 csrf = CSRFProtect()
@@ -110,7 +109,3 @@ def _iso(ms: int | None) -> str:
         return ""
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
-
-def engine_of(app: Flask) -> Engine:
-    engine: Engine = app.extensions["hai_engine"]
-    return engine

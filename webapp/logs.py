@@ -24,7 +24,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ExecutionNotFoundError, LogPersistFailedError
-from scheduler_core.secrets import MASK, is_secret_name, mask_url, mask_values
+from scheduler_core.masking import MASK, is_secret_name, mask_url, mask_values
 from scheduler_core.statuses import AttemptStatus
 from webapp.audit import record_action
 from webapp.auth import require_role

@@ -19,9 +19,9 @@ from typing import Any
 
 from scheduler_core.errors import ConfigError, InvalidCronError, SchedulerError, TaskAlreadyExistsError
 from scheduler_core.executors.http import METHODS
+from scheduler_core.masking import MASK, is_secret_name, mask_url, mask_values
 from scheduler_core.model import RetryPolicy, TaskDefinition
 from scheduler_core.runtime.task_operations import restore_masked
-from scheduler_core.secrets import MASK, is_secret_name, mask_url, mask_values
 
 FORM_KINDS = ("api", "hook")
 CODE_KINDS = ("python", "js")

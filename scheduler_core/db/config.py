@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, NoReturn
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from scheduler_core.errors import DatabaseConfigError
-from scheduler_core.secrets import MASK
+from scheduler_core.masking import MASK
 from scheduler_core.validation import check_int, check_text, shown
 
 DatabaseType = Literal["sqlite", "postgresql", "mysql"]
@@ -173,8 +173,6 @@ class DatabaseConfig:
         snapshot["url"] = self.sqlalchemy_url().render_as_string(hide_password=True)
         return snapshot
 
-    def with_database(self, database: str) -> DatabaseConfig:
-        return replace(self, database=database)
 
 
 def check_production_guard(config: DatabaseConfig, environ: Mapping[str, str] | None = None) -> None:

@@ -18,7 +18,7 @@ import requests
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
-from scheduler_core.secrets import MASK, is_secret_name, mask_url
+from scheduler_core.masking import MASK, is_secret_name, mask_url
 from scheduler_core.transport import HttpRequest, HttpResult, exchange, root_cause
 from scheduler_core.validation import check_int, shown
 

@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 
 from scheduler_core.cron import describe, next_fire_ms, upcoming, validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError, ConflictError, TaskNotFoundError
+from scheduler_core.masking import MASK, is_secret_name, mask_values
 from scheduler_core.model import Execution, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import check_cursor
-from scheduler_core.secrets import MASK, is_secret_name, mask_values
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.task_queries import NEVER_RUN, StoredTask, TaskFilter, TaskQueries
 from scheduler_core.validation import PAGE_LIMIT, check_id, check_int, check_ms, check_optional_id, check_text

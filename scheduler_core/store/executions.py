@@ -614,16 +614,6 @@ class ExecutionRepository:
                  .order_by(executions.c.updated_at, executions.c.occurrence_id).limit(limit).offset(offset))
         return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
 
-    def recent(self, status: str | None, task_id: str | None, limit: int, offset: int) -> list[Execution]:
-        """Newest first, optionally one status and/or one task (served by the status / task indexes)."""
-        query = select(executions)
-        if status is not None:
-            query = query.where(executions.c.status == status)
-        if task_id is not None:
-            query = query.where(executions.c.task_id == task_id)
-        query = query.order_by(executions.c.created_at.desc(), executions.c.occurrence_id).limit(limit).offset(offset)
-        return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
-
     def running(self, limit: int = 500) -> list[Execution]:
         """Executions currently owned under a lease (for the nodes page), oldest first."""
         query = (select(executions).where(executions.c.status == "running")

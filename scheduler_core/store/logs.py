@@ -148,10 +148,6 @@ class LogRepository:
         query = query.order_by(logs.c.started_at.desc(), logs.c.id.desc()).limit(limit).offset(offset)
         return read(self.engine, lambda conn: [log_from_row(r) for r in conn.execute(query)])
 
-    def for_occurrence(self, occurrence_id: str) -> list[ExecutionLog]:
-        query = select(logs).where(logs.c.occurrence_id == occurrence_id).order_by(logs.c.attempt)
-        return read(self.engine, lambda conn: [log_from_row(r) for r in conn.execute(query)])
-
     def prune(self, max_logs: int | None, retention_days: int | None) -> int:
         """Delete log rows beyond ``max_logs`` (newest kept) or older than ``retention_days``.
 

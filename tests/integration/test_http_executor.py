@@ -17,8 +17,8 @@ import pytest
 from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome, OutcomeStatus
 from scheduler_core.executors.http import HttpExecutor
+from scheduler_core.masking import mask_headers, masked_handler
 from scheduler_core.model import TaskDefinition
-from scheduler_core.secrets import mask_headers, masked_handler
 from tests.helpers.http_server import THREAD_NAME, RecordingServer
 
 TASK_ID = "billing/run#1"

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from scheduler_core.errors import InvalidRecipientError, ReachConfigError
-from scheduler_core.secrets import mask_url
+from scheduler_core.masking import mask_url
 from scheduler_core.validation import check_bool, check_encodable, check_int, shown
 
 DEFAULT_TIMEOUT_MS = 30_000
@@ -81,9 +81,6 @@ class Settings:
 
     def fail(self, key: str, message: str) -> NoReturn:
         raise ReachConfigError(self.field(key), message)
-
-    def given(self, key: str) -> bool:
-        return self._config.get(key) is not None
 
     def text(self, key: str, *, required: bool = False, default: str | None = None,
              max_length: int = TEXT_MAX) -> str | None:

@@ -13,8 +13,8 @@ import re
 import uuid
 from collections.abc import Iterable
 
+from scheduler_core.masking import MASK
 from scheduler_core.reach.base import Delivery, FailureClass
-from scheduler_core.secrets import MASK
 from scheduler_core.transport import root_cause
 
 ERROR_MAX = 300

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from scheduler_core.masking import MASK
 from scheduler_core.reach.base import Delivery, RenderedMessage
 from scheduler_core.reach.providers._config import (
     Settings,
@@ -34,7 +35,6 @@ from scheduler_core.reach.providers._delivery import (
     not_started,
 )
 from scheduler_core.reach.providers._http import HttpAnswer, no_answer, request_json
-from scheduler_core.secrets import MASK
 
 SETTINGS = ("access_key_id", "access_key_secret", "sign_name", "template_code", "region_id", "endpoint",
             "timeout_ms")

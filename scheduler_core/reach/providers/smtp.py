@@ -15,6 +15,7 @@ from email.policy import SMTP as SMTP_POLICY
 from email.utils import formatdate, make_msgid
 from typing import Any, Literal
 
+from scheduler_core.masking import MASK
 from scheduler_core.reach.base import Delivery, RenderedMessage
 from scheduler_core.reach.providers._config import Settings, is_email, refuse_recipient
 from scheduler_core.reach.providers._delivery import (
@@ -25,7 +26,6 @@ from scheduler_core.reach.providers._delivery import (
     not_started,
     safe_error,
 )
-from scheduler_core.secrets import MASK
 from scheduler_core.transport import Watchdog, shutdown_socket
 
 SETTINGS = ("host", "port", "tls", "username", "password", "from", "timeout_ms")

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scheduler_core.errors import InvalidRecipientError, ReachConfigError
+from scheduler_core.masking import is_secret_name, mask_headers
 from scheduler_core.reach.base import Delivery, RenderedMessage
 from scheduler_core.reach.providers._config import (
     Settings,
@@ -30,7 +31,6 @@ from scheduler_core.reach.providers._delivery import (
     not_started,
 )
 from scheduler_core.reach.providers._http import HttpAnswer, no_answer, request_json
-from scheduler_core.secrets import is_secret_name, mask_headers
 
 SETTINGS = ("url", "headers", "timeout_ms", "idempotent")
 RESERVED_HEADERS = ("idempotency-key", "content-type", "content-length", "host", "transfer-encoding")

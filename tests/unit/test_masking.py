@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler_core import TaskDefinition
-from scheduler_core.secrets import mask_url, mask_values, masked_handler
+from scheduler_core.masking import mask_url, mask_values, masked_handler
 
 
 def test_handler_headers_and_url_credentials_are_masked() -> None:
