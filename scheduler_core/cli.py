@@ -111,6 +111,7 @@ def _db_status(args: argparse.Namespace) -> int:
 
 
 def _node(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `db` commands and --help then start without the runtime.
     from scheduler_core.config import SchedulerConfig
     from scheduler_core.runtime import Scheduler
 

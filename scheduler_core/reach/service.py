@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from scheduler_core.reach.config import (
     check_template_name,
 )
 from scheduler_core.reach.dnd import in_window, window_end_ms
+from scheduler_core.reach.providers import build_providers
 from scheduler_core.reach.queue import ROUND_LIMIT, DeliveryRounds, QueueOperations, RoundReport
 from scheduler_core.reach.templates import check_vars, missing_variables, render
 from scheduler_core.store.reach_queue import QueueRepository
@@ -83,8 +85,6 @@ class Reach:
     # --- lifecycle ---------------------------------------------------------------------
 
     def init(self) -> None:
-        from scheduler_core.reach.providers import build_providers
-
         config = ReachConfig.parse(self._raw_config)
         providers = build_providers(list(config.providers), self._environ)
         for template in config.templates:
@@ -257,8 +257,6 @@ class Reach:
     def _now(self) -> int:
         if self._queue_repo is not None:
             return self._queue_repo.now()
-        import time
-
         return int(time.time() * 1000)  # no database: the DND window follows this host's clock
 
     def _require_config(self) -> ReachConfig:
