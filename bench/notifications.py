@@ -8,7 +8,7 @@ as an idempotent provider does.
 
 Two ways to run the rounds (``--mode``):
 - ``tick`` (default, production): each node is a scheduler with Reach attached. On the first
-  tick of a minute a round starts (at most 100 rows, DESIGN §6); while rounds come back full,
+  tick of a minute a round starts (at most 100 rows); while rounds come back full,
   the next one follows at once (``Reach._round_in_background``), so a backlog drains at
   delivery speed, not at 100 rows per minute per node.
 - ``loop``: the nodes call ``Reach.run_round()`` back to back (no scheduler, no tick): the

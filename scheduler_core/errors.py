@@ -1,11 +1,9 @@
 """Error types with stable codes.
 
-Every error the library raises derives from :class:`SchedulerError` and carries the
-seed's stable ``code`` (``hai:scheduler:0NN``). Codes are the contract shown by the
-dashboard and written to logs; messages are for people and may change.
-
-The database layer uses its own ``hai:reldb:0NN`` codes under :class:`DatabaseError`,
-which is still a :class:`SchedulerError` so an application catches one root.
+Two roots: :class:`SchedulerError` (``hai:scheduler:0NN``; the database layer's
+``hai:reldb:0NN`` errors derive from it) and :class:`ReachError` for notifications
+(``hai:reach:0NN``). Codes are the contract shown by the dashboard and written to logs;
+messages are for people and may change.
 """
 
 from __future__ import annotations
@@ -138,7 +136,7 @@ class DatabaseConfigError(ConfigError):
     code, name = "hai:reldb:012", "CONFIG_ERROR"
 
 
-# --- codes beyond the seed's table (033+) -------------------------------------------
+# --- conflicts, missing executions, skipped tasks (033+) ----------------------------
 
 
 class ConflictError(SchedulerError):

@@ -2,7 +2,7 @@
 
 The node starts in ``post_worker_init`` -- after the fork, because threads (the tick loop, the
 lease keeper, the handler pool) do not survive a fork -- and is closed in ``worker_exit`` so
-its running attempts are handed over cleanly (DESIGN §5 Lifecycle).
+its running attempts are handed over cleanly (docs/semantics.md, "Lifecycle").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ resolutions, repairs -- goes through it), a ``Reach`` on the same engine, and th
 own ``Accounts`` (users) and ``AuditTrail``; the pages find each through an accessor here.
 Under ``hai-scheduler serve`` gunicorn starts the scheduler's tick loop in each worker after the
 fork (``post_worker_init``): threads do not survive a fork, so the app must not be preloaded in
-the master. ``worker_exit`` closes it, handing running attempts over as DESIGN §5 Lifecycle says.
+the master. ``worker_exit`` closes it, handing running attempts over as docs/semantics.md ("Lifecycle") says.
 """
 
 from __future__ import annotations

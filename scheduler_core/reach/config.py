@@ -1,6 +1,6 @@
 """Validated notification configuration: DND window, queue retry policy, templates.
 
-Bounds from the seed: max attempts 1..100 (default 5); retry delay and max retry delay
+Bounds: max attempts 1..100 (default 5); retry delay and max retry delay
 1000..86400000 ms (defaults 60000 / 3600000) with max >= first; backoff
 ``min(max_retry_delay, retry_delay * 2^(attempt-1))``.
 """

@@ -1,6 +1,6 @@
 """Running one owned execution to its end: begin, call the handler, retry, finish, log.
 
-Rules kept here (DESIGN §5):
+Rules kept here (docs/semantics.md):
 - the definition is re-read after the claim and before every retry; a deleted, disabled
   or rescheduled task interrupts the stale attempt;
 - an attempt whose lease was lost publishes nothing (its log is ``unconfirmed``);

@@ -1,11 +1,11 @@
 """The reliability oracle: one checker that judges every fault and soak test.
 
-In the spirit of Jepsen's schedule checker (CONVENTIONS.md, "Reliability oracle"): the test
+In the spirit of Jepsen's schedule checker: the test
 hands over the run's window (DB-time minutes), the tasks it registered and the handlers' own
 record of their side effects, and the oracle reads the journal, the slots and the logs and
 returns every violation as a precise sentence. Tests assert that the list is empty.
 
-What must hold (DESIGN.md §5):
+What must hold (docs/semantics.md):
 
 - schedule: for every task and every due minute of the window the journal holds exactly one
   cron occurrence under the deterministic id -- executed, skipped with a reason, or unknown;

@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2026-11-29
 
-The tables of DESIGN §4: tasks, slots, executions (the journal), logs, nodes.
+The core tables: tasks, slots, executions (the journal), logs, nodes.
 Frozen: later schema changes are new revisions, never edits here.
 """
 
