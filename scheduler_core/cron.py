@@ -1,28 +1,7 @@
 """Cron schedules: validation, next fire minute across DST, deterministic occurrence ids.
 
-Everything here is a pure function. Times are UTC unix milliseconds (ints); nothing reads
-the node's clock or the process ``TZ``, so every node computes the same fire minutes and
-the same occurrence ids. A schedule is a standard 5-field cron expression (minute hour
-day-of-month month day-of-week, croniter's syntax and its day-of-month/day-of-week OR
-rule) or one of the macros ``@yearly @annually @monthly @weekly @daily @midnight @hourly``,
-read as wall-clock time in an IANA time zone.
-
-DST rules (the product's promise)
----------------------------------
-* **Wall-clock schedules** -- the hour field is anything not starting with ``*`` (``0 2 * * *``,
-  ``30 1,13 * * *``, ``0 9-17 * * 1-5``): each matching wall time runs once per wall day.
-
-  - A wall time skipped by a spring-forward gap fires at the first minute after the gap
-    (the instant the clocks jump to); several skipped wall times collapse into that minute.
-  - A wall time that occurs twice because of a fall-back fires only in its first pass.
-
-* **Elapsed-time schedules** -- the hour field starts with ``*`` (``*/15 * * * *``,
-  ``0 */2 * * *``, ``@hourly``): every real UTC minute is converted to wall time and matched.
-  Minutes inside a gap do not exist, so nothing fires for them; during a fall-back the
-  repeated wall minutes are distinct real minutes and fire in both passes.
-
-Results are always minute starts (multiples of 60 000 ms).
-"""
+Pure functions over UTC unix ms; nothing reads the node's clock or ``TZ``. The DST rules are in
+docs/semantics.md ("Occurrences")."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Logs: filters with keyset pagination; log failures with repair and repair-all.
-
-- ``/logs/``: attempt logs newest first by (started_at, id). "Older" carries the cursor of the
-  last row shown (``before=<ms>.<id>``), "Newer" the first (``after=...``): a page costs one
-  index range scan however deep it is. Filters: task, status, trigger source, and a start
-  window. The window's inputs are ``datetime-local`` values read in the time zone named by
-  the ``tz`` field (the browser fills in its own zone; UTC without JavaScript); unix
-  milliseconds and ISO-8601 with an offset are accepted as they are.
-- ``/logs/<id>``: one attempt's output and error, secrets masked.
-- ``/logs/failures``: journal entries whose log projection is ``pending``, with "repair" per
-  row and "repair all" (operator), which drains at offset 0 and reports what it did.
-"""
+"""Logs: attempt logs in keyset pages with filters (a start window read in the viewer's time
+zone), one attempt's output with secrets masked, and log failures with repair / repair all."""
 
 from __future__ import annotations
 

@@ -1,27 +1,6 @@
-"""Notifications: the delivery queue, dead letters, unknown deliveries, templates, providers.
-
-Everything goes through ``reach.queue`` / ``reach.templates`` (no SQL here) and shows safe
-metadata only: a queue entry never carries its body or recipient, a provider only its masked
-snapshot.
-
-Bulk requeue of dead letters is exact and bounded, in two steps:
-
-1. *Preview* (GET, read-only) captures the set as (filter, bound, count): the bound is a key
-   on (updated_at, queue_id) -- the DB time of the preview minus a short grace, or the key of
-   the 10,000th oldest matching row when more match -- and the count is how many dead letters
-   lie inside it. The page shows the count and carries all of it in the confirmation form.
-2. *Confirm* (POST, operator) walks the rows still inside that bound, oldest first, in batches
-   of 100 (keyset over the same index), and requeues each with a compare-and-set on the
-   version it just read, never more than the previewed count. A letter that died after the
-   preview has a later updated_at, so it is outside the bound; a previewed letter that changed
-   meanwhile (requeued, resolved) has left the bound or fails its CAS and is reported as
-   changed: changed = previewed - requeued. The form carries no list of ids, so both steps
-   stay bounded however large the set; the grace keeps out a dead write still in flight
-   during the preview (see ``QueueOperations.preview_bulk_requeue``).
-
-Do-not-disturb: a pending row held by the window shows "held until HH:MM" in the window's
-timezone, with the full UTC time on hover.
-"""
+"""Notifications: the delivery queue, dead letters (single and exact bulk requeue), unknown
+deliveries, templates, providers -- all through ``reach.queue`` / ``reach.templates``, safe
+metadata only. Bulk requeue: docs/semantics.md (C5)."""
 
 from __future__ import annotations
 

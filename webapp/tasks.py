@@ -1,15 +1,6 @@
-"""Tasks: list with search, create / edit forms (api and hook), enable / disable, delete, trigger, detail.
-
-- ``/tasks/``: server-side search (``status:failed kind:api enabled:false tz:Europe/Berlin
-  nightly``), keyset pages by id; the search box swaps the rows as you type (HTMX).
-- ``/tasks/new``, ``/tasks/<id>/edit`` (admin): api and hook tasks only; code tasks are
-  shown read-only and any attempt to post a code handler is refused. Edits carry the task's
-  ``updated_at`` (compare-and-set). ``/tasks/cron-preview`` is the live schedule preview.
-- ``/tasks/<id>``: definition (masked), next runs, occurrences newest first (live while one
-  runs), rerun from history (operator).
-- enable / disable / delete (admin, compare-and-set), trigger (operator; never waits for the run).
-Every action lands in the audit trail with masked before / after.
-"""
+"""Tasks: search and keyset list, create / edit forms (api and hook; code tasks read-only),
+enable / disable / delete (compare-and-set), trigger and rerun, detail with history. Every
+action is audited with masked before / after."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""Users (admin only): the list, creating a user, changing a role, disabling / enabling, and
-resetting a password.
-
-- Every page and action needs the admin role; a viewer or an operator gets 403.
-- Passwords are typed twice, checked by the core's rules, and hashed here (werkzeug); neither
-  a password nor its hash is ever shown, flashed or written to the audit trail.
-- Each change names the user's ``updated_at`` from the page it was made on (compare-and-set):
-  a stale page gets a conflict message and changes nothing.
-- The last enabled admin cannot be demoted or disabled, and an admin cannot disable
-  themselves (the core checks both in the same transaction as the change). A disabled user's
-  session ends at their next request: ``webapp.auth`` re-reads the user on every request.
-- Forms are boosted by HTMX (loading indicator, no full reload) and work without JavaScript.
-  htmx swaps no 4xx answer, so a form with errors answers 400 to a plain post and 200 (without
-  touching the address bar) to an HTMX one: either way the errors show next to their fields.
-"""
+"""Users (admin only): list, create, change a role, disable / enable, reset a password. Each
+change is a compare-and-set on the user's ``updated_at``; passwords are hashed here (werkzeug)
+and never shown, flashed or audited; the last enabled admin stays."""
 
 from __future__ import annotations
 

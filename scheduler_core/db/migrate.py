@@ -1,15 +1,6 @@
-"""Schema migrations (Alembic), safe to run twice and from two processes at once.
-
-``upgrade`` takes a database-wide migration lock before Alembic looks at the version table,
-so a second process waits, then finds the schema at head and does nothing:
-
-- PostgreSQL: ``pg_advisory_xact_lock`` inside the migration's transaction (DDL is
-  transactional there, and the lock also avoids the catalog race of two concurrent
-  ``CREATE TABLE`` statements);
-- MySQL / MariaDB: ``GET_LOCK`` on the session (DDL commits implicitly, so the lock cannot
-  live in a transaction);
-- SQLite: the transaction's ``BEGIN IMMEDIATE`` write lock (DDL is transactional).
-"""
+"""Schema migrations (Alembic) under a database-wide lock, so they are safe twice and from two
+processes at once: PostgreSQL ``pg_advisory_xact_lock``, MySQL ``GET_LOCK``, SQLite ``BEGIN
+IMMEDIATE`` (docs/architecture.md, "The database layer")."""
 
 from __future__ import annotations
 

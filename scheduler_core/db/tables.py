@@ -1,15 +1,6 @@
-"""The schema as SQLAlchemy Core tables. Migrations create it; this module is the model
-that the migration test compares the migrated database against.
-
-Conventions:
-- every timestamp is a BIGINT of unix milliseconds taken from the database clock;
-- payloads are JSON columns (JSONB on PostgreSQL), never VARCHAR(255);
-- MySQL tables are InnoDB, utf8mb4 with the server's binary NO PAD collation (migration
-  0006 picks it: MariaDB and MySQL name it differently), so ids and keys compare
-  byte for byte, trailing spaces included, as they do on PostgreSQL and SQLite;
-- invariants live in the schema as the last line of defence: the occurrence id is the
-  journal's primary key, a task has one slot row, (task id, idempotency key) is unique.
-"""
+"""The schema as SQLAlchemy Core tables, which the migration test compares the migrated database
+against (migrations create it). Timestamps are BIGINT unix ms from the DB clock, payloads JSON,
+MySQL text a binary NO PAD collation (migration 0006), and the invariants live in the schema."""
 
 from __future__ import annotations
 

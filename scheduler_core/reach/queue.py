@@ -1,22 +1,7 @@
 """Delivery rounds over the durable queue, crash recovery, and the operator API.
 
-A round runs outside the do-not-disturb window, once a minute per node (and again at once
-while the last one was full: see ``Reach._round_in_background``), and handles at most 100
-rows. Its eligibility time is fixed when it starts, so a row that fails and is rescheduled is
-not claimed again in the same round. Each row is claimed on its own under a DB-clock lease;
-``sending`` is committed before the provider is called, and the lease is renewed while the
-provider works. Up to ``queue.concurrency`` deliveries of a round run at once: the round's
-thread claims a row only when a sender is free (so no claimed row waits on its lease), and
-each sender carries its row from ``sending`` to its settlement exactly as a lone one would.
-
-What a failed delivery becomes (``decide``):
-- ``invalid_message`` -> dead at once (retrying cannot help);
-- a delivery that *started* on a non-idempotent provider (SMTP, SMS, default webhooks) ->
-  unknown: it may have been delivered, and only a person who checked can say;
-- a permanent rejection -> dead;
-- otherwise (not started, or an idempotent webhook): retry with the stored backoff, or dead
-  (``attempts_exhausted``) once the stored budget is used.
-"""
+Rounds, leases, senders and what a failed delivery becomes (``decide``): docs/semantics.md
+("Notifications")."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
 """The node: tick loop, claims, expiry scan, dispatch to a bounded pool, heartbeat.
 
-APScheduler's BackgroundScheduler is the local tick source only (one interval job, never
-overlapping); the database decides everything else. Each tick:
-1. one statement: DB clock + tasks version + the earliest lease deadline of running
-   executions, in autocommit on a connection the node holds (one round trip; every
-   heartbeat interval the heartbeat's UPDATE carries it back instead); reload definitions
-   only when the version moved;
-2. only if some lease is over: the expiry scan -> take over (idempotent, budget left), else
-   settle. An idle tick is that one statement;
-3. claim due occurrences (backlog first) up to free capacity, in batches; re-read their
-   definitions (one statement: the tasks version, and the full rows only if it moved);
-   hand them to the pool.
-
-Each node claims the occurrences of a minute in its own random order, so that nodes firing
-the same burst mostly claim different rows instead of queueing on each other's row locks
-(within a claim batch, rows are still locked in occurrence-id order).
-"""
+APScheduler is only the local tick source; what one tick does: docs/architecture.md (4)."""
 
 from __future__ import annotations
 

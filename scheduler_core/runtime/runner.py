@@ -1,21 +1,7 @@
 """Running one owned execution to its end: begin, call the handler, retry, finish, log.
 
-Rules kept here (docs/semantics.md):
-- the definition is re-read after the claim and before every retry; a deleted, disabled
-  or rescheduled task interrupts the stale attempt;
-- an attempt whose lease was lost publishes nothing (its log is ``unconfirmed``);
-- after cancellation an attempt never publishes success: close() leaves a started attempt
-  for takeover (idempotent: lease expired at once) or marks it unknown;
-- only idempotent tasks retry, with the stored backoff, within the stored budget;
-- an unknown outcome keeps the task's slot; every other terminal outcome releases it;
-- the terminal commit writes every attempt into the journal (logs ``pending``), then the
-  logs are projected (``persisted``); a projection failure never changes the outcome.
-
-Begins and terminal commits go through the node's group commits (runtime/batching.py): a
-begin waits for its batch (the handler runs only once its own row is decided), a terminal
-commit is handed over and the worker thread moves on; the runner stays registered -- its
-lease renewed, ``close()`` waiting for it -- until its terminal commit is decided.
-"""
+The rules it keeps (re-read definitions, lost leases publish nothing, retries, slots, logs):
+docs/semantics.md, sections 5-8; its group commits: docs/architecture.md (5)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
 """The journal (``executions``) and the task slots: claim, begin, renew, finish, expire.
 
-Every ownership decision compares ``lease_until`` with ``db_now_ms()`` inside the statement
-that acts on it, so it is the database clock at the moment the row is written that decides,
-also after a wait on a row lock: an owner's write locks its rows first (``_lock_rows``) so
-the lease comparison runs after any wait. Every conditional write checks its row count:
-0 rows means the caller lost, and it must not act as if it had won.
-
-Token: each ownership of an execution has a fresh random ``execution_token``; the slot row
-holds the token of the execution occupying it.
-
-Batches: claims, begins and terminal commits take many executions at once (``claim``,
-``begin_attempts``, ``finish_many``). An owner's batch is one lock statement over its rows in
-occurrence-id order, then one UPDATE whose WHERE is every row's lease check (DB clock, read
-after the locks) and whose per-row values come from ``dialect.Batch`` (arrays on PostgreSQL,
-CASE elsewhere), and a per-row answer: ``RETURNING`` on PostgreSQL and SQLite; on MySQL (no
-``UPDATE ... RETURNING``) the matched-row count, and only when it falls short a re-read of the
-locked rows' ``updated_at`` (which every owner write advances) against what the lock read.
-"""
+Every ownership decision compares ``lease_until`` with ``db_now_ms()`` in the statement that
+acts, after the row locks; batches and their per-database answers: docs/architecture.md (5)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""Read-only queries over the journal (``executions``) and the log table for the operator's pages.
-
-Lists are keyset pages, newest first: ``WHERE sort_key <= :key AND (sort_key, id) < (:key, :id)
-ORDER BY sort_key DESC, id DESC LIMIT n + 1``. Each filter has an index that ends in
-``(sort_key, id)`` after its equality column (migration 0005), so the first page and the
-ten-thousandth cost the same index range scan -- no OFFSET, no sort. The redundant
-``sort_key <= :key`` gives MySQL / MariaDB, which do not range-scan row comparisons, the range.
-
-Counts shown on every page view are bounded: they count at most ``cap + 1`` index entries
-(``SELECT count(*) FROM (SELECT 1 ... LIMIT cap + 1)``), so a million rows cost what ``cap``
-rows cost; the page shows ``cap+``.
-
-Times that decide a window (the hourly chart, nodes alive) are read from the database clock
-first and then compared as literals: ``SYSDATE(3)`` inside a MySQL WHERE prevents range scans.
-
-No statement here writes.
-"""
+"""Read-only queries over the journal and the log table for the operator's pages: keyset pages
+(one index range scan at any depth, migration 0005), counts bounded by ``cap``, and windows read
+from the DB clock first (docs/architecture.md, "The dashboard"). No statement here writes."""
 
 from __future__ import annotations
 

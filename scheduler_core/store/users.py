@@ -1,13 +1,6 @@
-"""Dashboard users and the audit trail.
-
-Every change of a user is a compare-and-set on its ``updated_at`` (a stale page changes
-nothing) and, when it could take away an administrator, one transaction that first locks
-every enabled admin's row (``SELECT ... FOR UPDATE``, in name order) and then checks that
-another enabled admin stays. Two admins demoting each other at the same moment are thus
-serialised: the second one sees the first's change and is refused (PostgreSQL re-checks a
-locked row that changed meanwhile; MySQL's locking read sees the latest row; SQLite runs one
-write transaction at a time, ``BEGIN IMMEDIATE``).
-"""
+"""Dashboard users and the audit trail. A change that could take away the last administrator
+locks every enabled admin's row first (in name order), so two admins demoting each other at once
+are serialised and the second is refused."""
 
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
-"""Notification providers: building them from configuration, and the four types.
-
->>> providers = build_providers([
-...     {"name": "mail", "type": "smtp", "host": "smtp.example.com", "from": "noreply@example.com"},
-...     {"name": "hook", "type": "api", "url": "https://hooks.example/notify", "idempotent": True},
-... ])
->>> sorted(providers)
-['hook', 'mail']
-
-Types: ``smtp`` (:mod:`.smtp`), ``api`` (:mod:`.webhook`), ``aliyun-sms`` (:mod:`.sms`) and
-``console`` (:mod:`.console`). docs/executors-and-providers.md lists each type's settings and how
-every delivery outcome is classified (``sent``, ``started``, ``failure_class``).
-
-Validation is complete before anything is built or connected: every invalid value raises
-:class:`ReachConfigError` whose ``field`` is ``providers.<name>.<setting>`` (``providers[<i>].name``
-while the name is not known yet), unknown settings are refused, and an unknown type raises
-:class:`UnsupportedTypeError`. ``HAI_ENV=production`` refuses the console type unless
-``HAI_E2E=1``: a provider that only logs would make every notification look delivered.
-"""
+"""Notification providers: building them from configuration (``build_providers``), and the four
+types ``smtp``, ``api`` (webhook), ``aliyun-sms`` and ``console``. Settings and outcomes per type:
+docs/executors-and-providers.md."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""``type: console``: a stand-in provider for development that records metadata only.
-
-Config: ``{"name": "dev", "type": "console"}`` (no other setting).
-
-Each send writes one log line (logger ``scheduler_core.reach.console``, INFO) with the provider
-name, the message id, a masked recipient (``a***@example.com``, ``+86*******21``) and the lengths
-of the subject and body. Never the subject or body text: they carry one-time codes, password
-reset links and tokens, and logs are read by many more people than the recipient. The send
-always succeeds, which proves nothing about a real delivery; that is why ``build_provider``
-refuses this type under ``HAI_ENV=production`` (unless ``HAI_E2E=1``).
-
-Recipient: any 1..512 printable characters (it stands in for every channel).
-"""
+"""``type: console``: a stand-in provider for development. It logs metadata only (masked
+recipient, lengths; never the subject or body) and always "succeeds", so production refuses it
+(docs/executors-and-providers.md)."""
 
 from __future__ import annotations
 
