@@ -42,7 +42,7 @@ from scheduler_core.store import (
     NodeRepository,
     TaskRepository,
 )
-from scheduler_core.store.dialect import write
+from scheduler_core.store.transactions import write
 
 TRIGGER_POLL_S = 0.2
 RESERVED_CONNECTIONS = 4  # the tick's held line and its pooled work, lease keeper, one trigger()/operator caller

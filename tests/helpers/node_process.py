@@ -63,7 +63,7 @@ def main() -> None:
     trigger = options.get("trigger")
     if trigger:
         while not os.path.exists(trigger["go_file"]):
-            stop.wait(0.01)  # not time.sleep: see scheduler_core.store.dialect._pause
+            stop.wait(0.01)  # not time.sleep: see scheduler_core.store.transactions._pause
         log = scheduler.trigger(trigger["task"], source=node_id, idempotency_key=trigger.get("key"))
         _append(effects, f"triggered {node_id} {log.occurrence_id} {log.id} {log.status}")
     stop.wait(options.get("max_seconds", 120))
