@@ -26,7 +26,6 @@ from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.types import TypeEngine
 
-from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.engine import dialect_kind
 
 T = TypeVar("T")
@@ -91,17 +90,15 @@ def insert_ignore_many(conn: Connection, table: Table, rows: Sequence[dict[str, 
 class StatementCache:
     """Batch statements built once and reused (PostgreSQL, where they do not depend on the
     batch): SQLAlchemy then skips building, cache-key generation and compiling, and the
-    driver prepares them once. Keyed also by the test clock offset, which ``db_now_ms()``
-    bakes into a statement."""
+    driver prepares them once."""
 
     def __init__(self) -> None:
-        self._built: dict[tuple[str, int], Any] = {}
+        self._built: dict[str, Any] = {}
 
     def get(self, name: str, build: Callable[[], T]) -> T:
-        key = (name, test_clock_offset_ms())
-        statement = self._built.get(key)
+        statement = self._built.get(name)
         if statement is None:
-            statement = self._built[key] = build()
+            statement = self._built[name] = build()
         return statement  # type: ignore[no-any-return]
 
 

@@ -6,7 +6,8 @@ Options: {"lease_ms": 1500, "tick_interval_ms": 100, "max_concurrency": 4,
           "sleep_s": {"task-id": seconds}, "trace": false, "connect_timeout_ms": 10000}
 
 Environment: ``HAI_FAULT_KILL_AT`` names the point, ``HAI_FAULT_TASK`` the task whose
-execution it watches (default: any), ``HAI_FAULT_SIGNAL`` the signal (SIGKILL or SIGSTOP).
+execution it watches (default: any), ``HAI_FAULT_SIGNAL`` the signal (SIGKILL or SIGSTOP);
+``HAI_TEST_DB_CLOCK_OFFSET_MS`` moves the node's DB clock (scheduler_core.testing).
 The points are recognised with SQLAlchemy engine events in this process by the table and the
 kind of statement (never by exact SQL text, which the engine may batch differently), so no
 product code knows about them:
@@ -58,6 +59,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.testing import set_clock_offset_from_env
 from tests.helpers.oracle import Effect, append_event, record_effect
 
 POINTS = ("before_claim_commit", "after_claim_commit", "in_handler", "before_finish", "before_projection")
@@ -268,6 +270,7 @@ def main() -> None:
     concurrency = options.get("max_concurrency", 4)
     engine = create_engine({"url": url, "pool_size": concurrency + 4,
                             "connect_timeout_ms": options.get("connect_timeout_ms", 10_000)})
+    set_clock_offset_from_env(engine)
     switch.install(engine)
     scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, lease_ms=options.get("lease_ms", 1500),
                                                   tick_interval_ms=options.get("tick_interval_ms", 100),
