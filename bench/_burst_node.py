@@ -30,10 +30,12 @@ from sqlalchemy import event
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.testing import set_clock_offset_from_env
 
 
 def main(url: str, node_id: str, concurrency: int, max_queued: int) -> None:
     engine = create_engine({"url": url, "pool_size": concurrency + 4})
+    set_clock_offset_from_env(engine)  # HAI_TEST_DB_CLOCK_OFFSET_MS: the burst's minute is near
     counts = {"statements": 0, "commits": 0, "rollbacks": 0, "begins": 0, "checkouts": 0}
     calls: list[str] = []
     lock = threading.Lock()

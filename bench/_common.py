@@ -40,7 +40,7 @@ from scheduler_core.db.tables import executions, logs, nodes, reach_queue, sched
 from scheduler_core.executors import ExecutorRegistry
 from scheduler_core.model import TaskDefinition, validate_task
 from scheduler_core.store import TaskRepository
-from scheduler_core.store.dialect import read, write
+from scheduler_core.store.transactions import read, write
 
 BENCH_DIR = Path(__file__).resolve().parent
 PYTHON = sys.executable

@@ -12,6 +12,7 @@ every commit of its engine, the ticks of its scheduler and its CPU time (all thr
 ``warmup_ticks`` > 0 the figures cover whole ticks only: from the end of that tick to the end
 of the last tick before SIGTERM (start-up, like loading 10,000 definitions, is left out).
 On SIGTERM it closes cleanly and prints one JSON object on the last stdout line.
+``HAI_TEST_DB_CLOCK_OFFSET_MS`` moves its DB clock (scheduler_core.testing).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
 from scheduler_core.reach import Reach, RoundReport
+from scheduler_core.testing import set_clock_offset_from_env
 
 
 @dataclass
@@ -95,6 +97,7 @@ class Node:
         concurrency = int(options.get("concurrency", 8))
         senders = int((options.get("reach") or {}).get("queue", {}).get("concurrency", 4))
         self.engine = create_engine({"url": options["url"], "pool_size": concurrency + 6 + senders})
+        set_clock_offset_from_env(self.engine)  # HAI_TEST_DB_CLOCK_OFFSET_MS: the run's place in time
         self.meter = Meter(self.engine)
         self.started = 0
         self._started_lock = threading.Lock()

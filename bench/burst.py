@@ -42,7 +42,7 @@ from scheduler_core.db import close_engine, create_engine, db_now_ms, dialect_ki
 from scheduler_core.db.tables import executions, logs, nodes, scheduler_meta, slots, tasks
 from scheduler_core.model import TaskDefinition
 from scheduler_core.store import TaskRepository
-from scheduler_core.store.dialect import write
+from scheduler_core.store.transactions import write
 
 NODE_SCRIPT = Path(__file__).with_name("_burst_node.py")
 COLUMNS = [("backend", "database"), ("tasks", "tasks"), ("nodes", "nodes"),

@@ -57,9 +57,10 @@ from _common import (
 from _receiver import Receiver
 from sqlalchemy import func, select
 
-from scheduler_core.db import close_engine, set_test_clock_offset_ms
+from scheduler_core.db import close_engine
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.reach import Reach
+from scheduler_core.testing import set_clock_offset
 
 COLUMNS = [("backend", "database"), ("mode", "rounds"), ("messages", "messages"), ("nodes", "nodes"),
            ("enqueue_per_s", "enqueued / s"), ("deliveries_per_s", "deliveries / s"),
@@ -87,7 +88,7 @@ def reach_config(receiver_url: str, window_end: int, idempotent: bool, senders: 
 
 def enqueue(engine: Any, config: dict[str, Any], count: int, offset: int) -> float:
     """Send ``count`` messages with the DB clock inside the window; returns the seconds taken."""
-    set_test_clock_offset_ms(offset)
+    set_clock_offset(engine, offset)
     try:
         sender = {**config, "queue": {**config["queue"], "concurrency": 1}}  # this process only enqueues
         reach = Reach(engine, sender, node_id="bench-sender")
@@ -99,7 +100,7 @@ def enqueue(engine: Any, config: dict[str, Any], count: int, offset: int) -> flo
                 raise RuntimeError(f"message {i} was not deferred: the clock is not inside the window")
         return time.monotonic() - began
     finally:
-        set_test_clock_offset_ms(0)
+        set_clock_offset(engine, 0)
 
 
 def measure(target: Target, count: int, node_count: int, mode: str, idempotent: bool, lead_s: float,

@@ -22,8 +22,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 
-from scheduler_core.db import close_engine, create_engine, set_test_clock_offset_ms, upgrade
-from scheduler_core.db.clock import test_clock_offset_ms
+from scheduler_core.db import close_engine, create_engine, upgrade
 
 BACKENDS = ("sqlite", "postgresql", "mysql")
 _ENV_URLS = {"postgresql": "HAI_TEST_POSTGRES_URL", "mysql": "HAI_TEST_MYSQL_URL"}
@@ -248,14 +247,6 @@ def engine(database: TestDatabase) -> Iterator[Engine]:
         assert leaked == 0, f"test left {leaked} database connection(s) checked out"
     finally:
         close_engine(eng)
-
-
-@pytest.fixture
-def clock_offset() -> Iterator[None]:
-    """Restore this process's DB clock test offset after the test."""
-    before = test_clock_offset_ms()
-    yield
-    set_test_clock_offset_ms(before)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Database layer: configuration, engine, the DB clock, tables and migrations."""
 
-from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, set_test_clock_offset_ms, to_ms
+from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.config import DatabaseConfig, TlsConfig, parse_database_config
 from scheduler_core.db.engine import (
     close_engine,
@@ -31,7 +31,6 @@ __all__ = [
     "parse_database_config",
     "pool_capacity",
     "prepare_engine",
-    "set_test_clock_offset_ms",
     "to_ms",
     "upgrade",
 ]

@@ -20,29 +20,29 @@ reading per statement anyway): the same at every occurrence, for a new row's ``c
 Node clocks never grant or extend ownership: read the time in Python for diagnostics and
 for sleeping only.
 
-Test-only offset: ``HAI_TEST_DB_CLOCK_OFFSET_MS`` (read at import) or
-:func:`set_test_clock_offset_ms` adds a fixed offset to every ``db_now_ms()`` built
-afterwards, so tests can reach a minute boundary without sleeping. It is refused when
-``HAI_ENV=production``. Build statements per call (not as module constants) so the offset
-in force is the one used.
+Tests move one engine's clock with :mod:`scheduler_core.testing`: it puts an offset on the
+engine's dialect, and both constructs compile, for that engine only, to the reading plus the
+offset (a parameter read each time the statement runs). Without one they compile to the
+reading alone; statements never depend on it.
 """
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BigInteger, literal
+from sqlalchemy import BigInteger, bindparam
 from sqlalchemy.exc import CompileError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
-from scheduler_core.db.config import is_production
-from scheduler_core.errors import ConfigError, InvalidStoredValueError
+from scheduler_core.errors import InvalidStoredValueError
 
 MAX_SAFE_INTEGER = 2**53 - 1
+# Where scheduler_core.testing keeps an engine's clock offset: on its dialect, a callable
+# returning the offset in ms (absent: no offset).
+CLOCK_OFFSET_ATTRIBUTE = "hai_test_clock_offset"
 
 
 class _DbNowMs(FunctionElement[int]):
@@ -65,14 +65,14 @@ class _DbStatementNowMs(_DbNowMs):
 @compiles(_DbNowMs, "postgresql")
 def _compile_pg(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
     reading = "statement_timestamp()" if element.statement_start else "clock_timestamp()"
-    return f"CAST(FLOOR(EXTRACT(EPOCH FROM {reading}) * 1000) AS BIGINT)"
+    return _shifted(f"CAST(FLOOR(EXTRACT(EPOCH FROM {reading}) * 1000) AS BIGINT)", compiler, **kw)
 
 
 @compiles(_DbNowMs, "mysql")
 @compiles(_DbNowMs, "mariadb")
 def _compile_mysql(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
     reading = "NOW(3)" if element.statement_start else "SYSDATE(3)"
-    return f"CAST(FLOOR(UNIX_TIMESTAMP({reading}) * 1000) AS SIGNED)"
+    return _shifted(f"CAST(FLOOR(UNIX_TIMESTAMP({reading}) * 1000) AS SIGNED)", compiler, **kw)
 
 
 @compiles(_DbNowMs, "sqlite")
@@ -80,7 +80,7 @@ def _compile_sqlite(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
     # 2440587.5 is the Julian day of the unix epoch; ROUND guards against the double
     # landing a hair below a whole millisecond before the cast truncates it. 'now' is one
     # reading per statement in SQLite, so both constructs compile alike.
-    return "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+    return _shifted("CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)", compiler, **kw)
 
 
 @compiles(_DbNowMs)
@@ -88,54 +88,28 @@ def _compile_other(element: _DbNowMs, compiler: Any, **kw: Any) -> str:
     raise CompileError(f"{element.name}() is not defined for the {compiler.dialect.name} dialect")
 
 
-def _offset_from_env() -> int:
-    raw = os.environ.get("HAI_TEST_DB_CLOCK_OFFSET_MS", "").strip()
-    if not raw:
-        return 0
-    try:
-        offset = int(raw)
-    except ValueError:
-        raise ConfigError("HAI_TEST_DB_CLOCK_OFFSET_MS", f"must be an integer (got {raw!r})") from None
-    _refuse_offset_in_production(offset)
-    return offset
+def _shifted(reading: str, compiler: Any, **kw: Any) -> str:
+    """``reading`` plus the engine's test clock offset, when it has one (scheduler_core.testing).
 
-
-def _refuse_offset_in_production(offset: int) -> None:
-    if offset and is_production():
-        raise ConfigError("HAI_TEST_DB_CLOCK_OFFSET_MS", "a test clock offset is refused when HAI_ENV=production")
-
-
-_test_offset_ms = _offset_from_env()
-
-
-def set_test_clock_offset_ms(offset_ms: int) -> None:
-    """Shift every later ``db_now_ms()`` by ``offset_ms`` (tests only)."""
-    global _test_offset_ms
-    if isinstance(offset_ms, bool) or not isinstance(offset_ms, int):
-        raise ConfigError("offset_ms", f"must be an integer (got {offset_ms!r})")
-    _refuse_offset_in_production(offset_ms)
-    _test_offset_ms = offset_ms
-
-
-def test_clock_offset_ms() -> int:
-    return _test_offset_ms
-
-
-test_clock_offset_ms.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+    The offset is a parameter whose value is read each time the statement runs, not a number
+    in the SQL: a statement compiled (and cached by the engine) before the offset changed
+    still adds the offset in force.
+    """
+    offset = getattr(compiler.dialect, CLOCK_OFFSET_ATTRIBUTE, None)
+    if offset is None:
+        return reading
+    shift = bindparam("db_clock_offset_ms", type_=BigInteger(), unique=True, callable_=offset)
+    return f"({reading} + {compiler.process(shift, **kw)})"
 
 
 def db_now_ms() -> ColumnElement[int]:
     """The database's current time in unix ms, as an expression for use inside a statement."""
-    if _test_offset_ms:
-        return _DbNowMs() + literal(_test_offset_ms, BigInteger())
     return _DbNowMs()
 
 
 def db_statement_now_ms() -> ColumnElement[int]:
     """The database's time when the current statement started, in unix ms: one value however
     often it occurs in the statement (see the module docstring; never for lease decisions)."""
-    if _test_offset_ms:
-        return _DbStatementNowMs() + literal(_test_offset_ms, BigInteger())
     return _DbStatementNowMs()
 
 

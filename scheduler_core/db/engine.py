@@ -209,13 +209,13 @@ def _sqlite_use_wal(cursor: Any, busy_ms: int) -> None:
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() >= deadline:
                 raise
-        threading.Event().wait(0.02)  # not time.sleep: see scheduler_core.store.dialect._pause
+        threading.Event().wait(0.02)  # not time.sleep: see scheduler_core.store.transactions._pause
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
     options = conn.get_execution_options()
     if options.get("hai_autocommit", False):
-        return  # each statement its own implicit transaction (store.dialect.AutocommitLine)
+        return  # each statement its own implicit transaction (store.transactions.AutocommitLine)
     read_only = options.get("hai_read_only", False)
     conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 

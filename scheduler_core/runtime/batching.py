@@ -31,12 +31,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from sqlalchemy.engine import Connection, Engine
-
 from scheduler_core.model import LogPersistence
 from scheduler_core.statuses import LogPersistenceStatus
 from scheduler_core.store import ExecutionRepository, LogRepository
 from scheduler_core.store.executions import BeginRequest, FinishRequest
+from scheduler_core.store.transactions import HeldConnection
 
 logger = logging.getLogger("scheduler_core.batching")
 T = TypeVar("T")
@@ -153,28 +152,6 @@ def one_by_one_on_failure(batch: list[T], run: Callable[[list[T]], list[R]]) -> 
         except Exception as exc:
             results.append(exc)
     return results
-
-
-class HeldConnection:
-    """The connection a flusher keeps between its transactions (one thread uses it)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._conn: Connection | None = None
-
-    def get(self) -> Connection:
-        if self._conn is None:
-            self._conn = self._engine.connect()
-        return self._conn
-
-    def drop(self) -> None:
-        """Give it back (idle), or throw it away after an error (the next flush takes another)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                logger.warning("closing a flusher's connection failed", exc_info=True)
 
 
 @dataclass(frozen=True)

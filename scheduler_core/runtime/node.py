@@ -26,7 +26,7 @@ from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_pr
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
-from scheduler_core.store.dialect import AutocommitLine, read
+from scheduler_core.store.transactions import AutocommitLine, read
 
 logger = logging.getLogger("scheduler_core.node")
 CLAIM_BATCH = 200

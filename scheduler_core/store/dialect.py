@@ -7,42 +7,28 @@
 - batches (``Batch``, ``insert_ignore_many``, ``StatementCache``): PostgreSQL gets whole
   batches as array parameters (``= ANY(:ids)``, ``unnest``), so a statement does not depend
   on the batch size and is built, compiled and prepared once; elsewhere expanding ``IN``, a
-  CASE keyed by the primary key per column, and multi-row VALUES;
-- which errors mean "the transaction was rolled back because of lock contention, run it
-  again": deadlocks and lock wait timeouts. Nothing else is retried: a failed COMMIT may
-  have committed.
+  CASE keyed by the primary key per column, and multi-row VALUES.
+
+Transactions, retries and held connections are in transactions.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import random
-import threading
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Column, Table, Text, any_, bindparam, case, cast, func, literal, null, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.types import TypeEngine
 
-from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.engine import dialect_kind
-from scheduler_core.errors import DatabaseError
 
 T = TypeVar("T")
-_MYSQL_RETRYABLE = {1213, 1205}  # deadlock, lock wait timeout
-_PG_RETRYABLE = {"40P01", "40001"}  # deadlock detected, serialization failure
-WRITE_ATTEMPTS = 4
-# Event.wait rather than time.sleep: the same relative wait, and it also behaves under
-# libfaketime, which the clock-skew tests use (time.sleep's absolute-deadline nanosleep does not).
-_pause = threading.Event().wait
 
 
 def insert_ignore(bind: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> Insert:
@@ -104,17 +90,15 @@ def insert_ignore_many(conn: Connection, table: Table, rows: Sequence[dict[str, 
 class StatementCache:
     """Batch statements built once and reused (PostgreSQL, where they do not depend on the
     batch): SQLAlchemy then skips building, cache-key generation and compiling, and the
-    driver prepares them once. Keyed also by the test clock offset, which ``db_now_ms()``
-    bakes into a statement."""
+    driver prepares them once."""
 
     def __init__(self) -> None:
-        self._built: dict[tuple[str, int], Any] = {}
+        self._built: dict[str, Any] = {}
 
     def get(self, name: str, build: Callable[[], T]) -> T:
-        key = (name, test_clock_offset_ms())
-        statement = self._built.get(key)
+        statement = self._built.get(name)
         if statement is None:
-            statement = self._built[key] = build()
+            statement = self._built[name] = build()
         return statement  # type: ignore[no-any-return]
 
 
@@ -243,132 +227,3 @@ def per_row(key: ColumnElement[Any], values: Mapping[Any, Any], type_: TypeEngin
     if all(v == first for v in rest):
         return value(first)
     return case({k: value(v) for k, v in values.items()}, value=key)
-
-
-def is_retryable(exc: BaseException) -> bool:
-    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
-        return False
-    orig = exc.orig
-    code = getattr(orig, "sqlstate", None)
-    if code in _PG_RETRYABLE:
-        return True
-    args = getattr(orig, "args", ())
-    if args and isinstance(args[0], int) and args[0] in _MYSQL_RETRYABLE:
-        return True
-    return "database is locked" in str(orig)
-
-
-def write(bind: Engine | Connection, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS) -> T:
-    """Run ``work`` in one write transaction; rerun it after a deadlock or lock timeout.
-
-    ``bind`` is the engine (a pooled connection per transaction) or a connection its caller
-    keeps between transactions (a flusher writing batch after batch). Database failures
-    surface as :class:`DatabaseError` (``hai:reldb:002``) with the driver error as its cause;
-    errors raised by ``work`` itself pass through unchanged.
-    """
-    for attempt in range(1, attempts + 1):
-        try:
-            if isinstance(bind, Connection):
-                with bind.begin():
-                    return work(bind)
-            with bind.begin() as conn:
-                return work(conn)
-        except DBAPIError as exc:
-            if attempt == attempts or not is_retryable(exc):
-                raise _database_error("write", exc) from exc
-            _pause(random.uniform(0.005, 0.05) * attempt)
-        except SQLAlchemyError as exc:
-            raise _database_error("write", exc) from exc
-    raise AssertionError("unreachable")
-
-
-def read(engine: Engine, work: Callable[[Connection], T]) -> T:
-    """Run ``work`` in a read-only transaction (SQLite: no write lock taken)."""
-    try:
-        with engine.connect().execution_options(hai_read_only=True) as conn:
-            try:
-                return work(conn)
-            finally:
-                conn.rollback()
-    except SQLAlchemyError as exc:
-        raise _database_error("read", exc) from exc
-
-
-class AutocommitLine:
-    """One connection held for single-statement reads in autocommit mode: each read is one
-    round trip -- no pool check-out and pre-ping, no ``BEGIN``, no ``ROLLBACK`` -- where a
-    pooled read transaction costs four on PostgreSQL and MySQL. For the tick snapshot, which
-    every node reads every second; the connection is one of the node's reserved ones
-    (``RESERVED_CONNECTIONS``). A read that fails discards the connection; a dropped one
-    (server restart, idle timeout) is replaced and the read tried once more at once.
-    Thread-safe; ``close`` returns the connection to the pool."""
-
-    _held: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
-    _held_lock = threading.Lock()
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._conn: Connection | None = None
-        self._lock = threading.Lock()
-
-    @classmethod
-    def held(cls, engine: Engine) -> int:
-        """How many of ``engine``'s checked-out connections lines hold (outside any transaction)."""
-        with cls._held_lock:
-            return cls._held.get(engine, 0)
-
-    @classmethod
-    def _count(cls, engine: Engine, change: int) -> None:
-        with cls._held_lock:
-            cls._held[engine] = cls._held.get(engine, 0) + change
-
-    def one(self, statement: Any) -> Any:
-        """The one row of ``statement`` (a SELECT)."""
-        with self._lock:
-            for attempt in (1, 2):
-                try:
-                    return self._connection().execute(statement).one()
-                except SQLAlchemyError as exc:
-                    self._discard()
-                    dropped = isinstance(exc, DBAPIError) and exc.connection_invalidated
-                    if attempt == 2 or not dropped:
-                        raise _database_error("read", exc) from exc
-                except BaseException:
-                    self._discard()  # interrupted mid-statement: the connection's state is unknown
-                    raise
-            raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        with self._lock:
-            self._discard()
-
-    def _connection(self) -> Connection:
-        if self._conn is None:
-            options: dict[str, Any] = {"hai_autocommit": True}
-            if dialect_kind(self.engine) != "sqlite":  # SQLite connections are in autocommit already
-                options["isolation_level"] = "AUTOCOMMIT"
-            # The statements run inside SQLAlchemy's autobegun transaction, which is never
-            # ended: ending it would send a COMMIT or ROLLBACK the driver does not skip (PyMySQL).
-            conn = self.engine.connect()
-            try:
-                conn.execution_options(**options)  # PyMySQL: SET AUTOCOMMIT, which may fail
-            except BaseException:
-                with contextlib.suppress(SQLAlchemyError):
-                    conn.close()
-                raise
-            self._conn = conn
-            self._count(self.engine, 1)
-        return self._conn
-
-    def _discard(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._count(self.engine, -1)
-            with contextlib.suppress(SQLAlchemyError):  # gone already: the pool drops it
-                conn.close()
-
-
-def _database_error(action: str, exc: SQLAlchemyError) -> DatabaseError:
-    orig = getattr(exc, "orig", None) or exc
-    first_line = (str(orig).strip().splitlines() or [""])[0][:300]
-    return DatabaseError(f"database {action} failed: {type(orig).__name__}: {first_line}")

@@ -20,17 +20,9 @@ from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions, slots
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.statuses import ExecutionStatus, Trigger
-from scheduler_core.store.dialect import (
-    Batch,
-    StatementCache,
-    greatest,
-    insert_ignore_many,
-    is_retryable,
-    read,
-    write,
-)
+from scheduler_core.store.dialect import Batch, StatementCache, greatest, insert_ignore_many
 from scheduler_core.store.logs import project_logs
-from scheduler_core.store.rows import one_row
+from scheduler_core.store.transactions import is_retryable, one_row, read, write
 
 
 @dataclass(frozen=True)

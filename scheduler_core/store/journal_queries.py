@@ -14,9 +14,9 @@ from sqlalchemy.engine import Connection, Engine, Row
 from scheduler_core.db.clock import db_now_ms, to_ms
 from scheduler_core.db.tables import executions, logs, nodes, tasks
 from scheduler_core.model import Execution, ExecutionLog
-from scheduler_core.store.dialect import read
 from scheduler_core.store.executions import execution_from_row
 from scheduler_core.store.logs import LogFilter, log_from_row
+from scheduler_core.store.transactions import read
 
 T = TypeVar("T")
 HOUR_MS = 3_600_000

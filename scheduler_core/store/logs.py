@@ -24,7 +24,8 @@ from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.errors import LogPersistFailedError
 from scheduler_core.model import Attempt, Execution, ExecutionLog
-from scheduler_core.store.dialect import Batch, StatementCache, insert_ignore_many, read, write
+from scheduler_core.store.dialect import Batch, StatementCache, insert_ignore_many
+from scheduler_core.store.transactions import read, write
 
 _COMPARED = ("occurrence_id", "task_id", "trigger", "source", "status", "sequence", "attempt", "node_id",
              "started_at", "finished_at", "duration_ms", "error", "result")

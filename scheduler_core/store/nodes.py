@@ -12,7 +12,8 @@ from sqlalchemy.engine import Connection, Engine, Row
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import nodes
-from scheduler_core.store.dialect import insert_ignore, read, write
+from scheduler_core.store.dialect import insert_ignore
+from scheduler_core.store.transactions import read, write
 
 
 @dataclass(frozen=True)

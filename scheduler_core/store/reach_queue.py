@@ -20,8 +20,8 @@ from sqlalchemy.sql import ColumnElement
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import reach_queue
-from scheduler_core.store.dialect import greatest, read, write
-from scheduler_core.store.rows import one_row
+from scheduler_core.store.dialect import greatest
+from scheduler_core.store.transactions import one_row, read, write
 
 CLAIM_READS = 50  # reads of the due rows one claim makes at most while others take them first
 

@@ -13,8 +13,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, to_ms
 from scheduler_core.db.tables import reach_templates
-from scheduler_core.store.dialect import greatest, insert_ignore, read, write
-from scheduler_core.store.rows import one_row
+from scheduler_core.store.dialect import greatest, insert_ignore
+from scheduler_core.store.transactions import one_row, read, write
 
 
 @dataclass(frozen=True)

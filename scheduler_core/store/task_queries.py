@@ -23,9 +23,9 @@ from sqlalchemy.sql import ColumnElement, Select
 from scheduler_core.db.tables import executions, tasks
 from scheduler_core.errors import InvalidStoredValueError
 from scheduler_core.model import Execution, TaskDefinition
-from scheduler_core.store.dialect import read
 from scheduler_core.store.executions import execution_from_row
 from scheduler_core.store.tasks import task_from_row
+from scheduler_core.store.transactions import read
 
 NEVER_RUN = "never"  # the status filter for tasks without any journal row
 

@@ -24,8 +24,8 @@ from scheduler_core.errors import (
     TaskAlreadyExistsError,
 )
 from scheduler_core.model import RetryPolicy, TaskDefinition, validate_task
-from scheduler_core.store.dialect import AutocommitLine, StatementCache, greatest, insert_ignore, read, write
-from scheduler_core.store.rows import one_row
+from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore
+from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
 
 TASKS_VERSION = "tasks_version"
 T = TypeVar("T")

@@ -15,8 +15,8 @@ from sqlalchemy.exc import IntegrityError
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import audit_log, users
 from scheduler_core.errors import ConfigError, ConflictError
-from scheduler_core.store.dialect import greatest, read, write
-from scheduler_core.store.rows import one_row
+from scheduler_core.store.dialect import greatest
+from scheduler_core.store.transactions import one_row, read, write
 
 ROLES = ("viewer", "operator", "admin")
 

@@ -1,4 +1,4 @@
-"""Fixtures of the fault suite: every test may move the DB clock forward; it is put back after."""
+"""Fixtures of the fault suite."""
 
 from __future__ import annotations
 
@@ -10,11 +10,6 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.db import close_engine, create_engine
 from tests.conftest import TestDatabase
-
-
-@pytest.fixture(autouse=True)
-def _restore_clock_offset(clock_offset: None) -> None:
-    """Every fault test restores this process's DB clock test offset (the ``clock_offset`` fixture)."""
 
 
 @pytest.fixture

@@ -83,7 +83,7 @@ def test_sigkill_at_each_point_of_an_execution(point: str, idempotent: bool, dat
     register(engine, [task])
     first_minute = enter_minute(engine, seconds_into=5)
     doomed = spawn_fault_node(database.url, DOOMED, events, {"lease_ms": LEASE_MS},
-                              env={"HAI_FAULT_KILL_AT": point, "HAI_FAULT_TASK": task.id})
+                              env={"HAI_FAULT_KILL_AT": point, "HAI_FAULT_TASK": task.id}, clock=engine)
     wait_killed(doomed)
     kills = [e for e in read_events(events) if e["kind"] == "kill"]
     assert [k["point"] for k in kills] == [point]
@@ -125,7 +125,8 @@ def test_sigkill_between_a_finish_and_its_separate_projection(database: TestData
         conn.execute(text("ALTER TABLE logs RENAME TO logs_away"))
     try:
         doomed = spawn_fault_node(database.url, DOOMED, events, {"lease_ms": LEASE_MS},
-                                  env={"HAI_FAULT_KILL_AT": "before_projection", "HAI_FAULT_TASK": task.id})
+                                  env={"HAI_FAULT_KILL_AT": "before_projection", "HAI_FAULT_TASK": task.id},
+                                  clock=engine)
         wait_killed(doomed)
     finally:
         with engine.begin() as conn:

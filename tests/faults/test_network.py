@@ -108,7 +108,7 @@ def test_database_link_faults(case: str, idempotent: bool, server_database: Test
     sprung = proxy.drop_reply_to_next_commit(_transaction_with(TRAPS[case])) if case in TRAPS else None
     remote = spawn_fault_node(proxy.url(server_database.url), REMOTE, events,
                               {"lease_ms": lease_ms, "sleep_s": {task.id: HANDLER_S}, "trace": True,
-                               "connect_timeout_ms": 2000})
+                               "connect_timeout_ms": 2000}, clock=engine)
     node = None
     try:
         if sprung is not None:

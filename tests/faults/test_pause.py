@@ -65,7 +65,7 @@ def test_a_paused_owner_publishes_nothing_after_it_resumes(where: str, idempoten
     paused = spawn_fault_node(database.url, PAUSED, events,
                               {"lease_ms": LEASE_MS, "sleep_s": {task.id: HANDLER_S}, "trace": True},
                               env={"HAI_FAULT_KILL_AT": where, "HAI_FAULT_TASK": task.id,
-                                   "HAI_FAULT_SIGNAL": "SIGSTOP"})
+                                   "HAI_FAULT_SIGNAL": "SIGSTOP"}, clock=engine)
     try:
         wait_for(lambda: any(e["kind"] == "pause" for e in read_events(events)) and _stopped(paused),
                  "the owner to stop itself", [paused])
@@ -114,7 +114,7 @@ def test_an_owner_frozen_inside_its_terminal_commit_does_not_stall_the_other_nod
     other = TaskSpec("other", f"{(minute // 60_000 + 1) % 60} * * * *")
     frozen = spawn_fault_node(server_database.url, PAUSED, events, {"lease_ms": LEASE_MS},
                               env={"HAI_FAULT_KILL_AT": point, "HAI_FAULT_TASK": victim.id,
-                                   "HAI_FAULT_SIGNAL": "SIGSTOP"})
+                                   "HAI_FAULT_SIGNAL": "SIGSTOP"}, clock=engine)
     node = None
     try:
         wait_for(lambda: any(e["kind"] == "pause" for e in read_events(events)) and _stopped(frozen),

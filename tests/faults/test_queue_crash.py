@@ -30,9 +30,8 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import set_test_clock_offset_ms
-from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.reach import Reach
+from scheduler_core.testing import OFFSET_ENV, clock_offset, set_clock_offset
 from tests.conftest import TestDatabase
 from tests.helpers.fault_cluster import stop_nodes, wait_for
 from tests.helpers.http_server import RecordedRequest, RecordingServer
@@ -52,12 +51,13 @@ def _dnd_now() -> dict[str, Any]:
             "end": f"{(now.tm_hour + 1) % 24:02d}:{now.tm_min:02d}"}
 
 
-def _spawn(database: TestDatabase, node_id: str, ready: Path, config: dict[str, Any]) -> subprocess.Popen[str]:
-    """tests/helpers/reach_node.py, two hours later in DB time (after the window)."""
-    later = str(test_clock_offset_ms() + 2 * HOUR_MS)
+def _spawn(database: TestDatabase, engine: Engine, node_id: str, ready: Path,
+           config: dict[str, Any]) -> subprocess.Popen[str]:
+    """tests/helpers/reach_node.py, two hours later in DB time than ``engine`` (after the window)."""
+    later = str(clock_offset(engine) + 2 * HOUR_MS)
     return subprocess.Popen([sys.executable, str(HELPERS / "reach_node.py"), database.url, node_id, str(ready),
                              json.dumps(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HAI_TEST_DB_CLOCK_OFFSET_MS": later})
+                            env={**os.environ, OFFSET_ENV: later})
 
 
 def _labelled(config: dict[str, Any], node: str) -> dict[str, Any]:
@@ -151,12 +151,12 @@ def test_a_node_killed_while_sending_loses_no_message(database: TestDatabase, en
         assert receiver.requests == []
 
         ready = tmp_path / "ready"
-        procs = [_spawn(database, name, ready, _labelled(config, name)) for name in ("doomed", "steady")]
+        procs = [_spawn(database, engine, name, ready, _labelled(config, name)) for name in ("doomed", "steady")]
         try:
             wait_for(lambda: len(receiver.requests) >= 4 and _both_sending(receiver), "both nodes to be sending", procs)
             procs[0].send_signal(signal.SIGKILL)
             procs[0].communicate(timeout=30)
-            set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # this process: after the window too
+            set_clock_offset(engine, clock_offset(engine) + 2 * HOUR_MS)  # the test's engine: after the window too
 
             def drained() -> bool:
                 time.sleep(0.5)  # leases (1 s) of the dead node and backoffs (1 s) run out

@@ -58,7 +58,7 @@ def test_skewed_node_clocks_miss_nothing_and_run_nothing_twice(server_database: 
     longer = 1.5 * LEASE_MS / 1000  # outlives its first lease: renewed under skew
     options = {"lease_ms": LEASE_MS, "max_concurrency": 8, "sleep_s": {"long-0": longer, "long-1": longer}}
     procs = [spawn_fault_node(server_database.url, name, events, options,
-                              env={**faketime_env(shift), "TZ": zone}) for name, shift, zone in SKEWS]
+                              env={**faketime_env(shift), "TZ": zone}, clock=engine) for name, shift, zone in SKEWS]
     try:
         for (name, _, _), proc in zip(SKEWS, procs, strict=True):
             wait_ready(events, name, proc)

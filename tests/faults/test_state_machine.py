@@ -4,7 +4,7 @@ Rules drive the store's public API as nodes and operators do -- claim (batches, 
 busy slots, a retry after a lost answer), begin, renew, finish (one, or a group commit with its projection), expire at
 once, the expiry scan with take over or settlement, a stale take over, resolve unknown
 (compare-and-set) and ``repair_log`` -- with current and stale tokens, while the DB clock
-moves on through the test offset (``set_test_clock_offset_ms``). A small model predicts every
+moves on through its engine's test offset (``scheduler_core.testing``). A small model predicts every
 answer; after every step the model is compared with the ``executions``, ``slots`` and ``logs``
 tables (SELECTs, not return values) and the oracle's journal rules must hold.
 
@@ -37,11 +37,11 @@ from sqlalchemy import delete
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
-from scheduler_core.db import set_test_clock_offset_ms
 from scheduler_core.db.tables import executions, logs, slots
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 from scheduler_core.store.executions import FinishRequest
+from scheduler_core.testing import set_clock_offset
 from tests.helpers.oracle import TaskSpec, check, read_journal
 
 pytestmark = pytest.mark.slow
@@ -102,7 +102,7 @@ class JournalMachine(RuleBasedStateMachine):
             for table in (logs, slots, executions):
                 conn.execute(delete(table))
         self.now_h = 0.0
-        set_test_clock_offset_ms(0)
+        set_clock_offset(self.engine, 0)
         self.repos = {node: ExecutionRepository(self.engine, node, LEASE_H * HOUR_MS) for node in NODES}
         self.rows: dict[str, Model] = {}
         self.slot: dict[str, tuple[str, str] | None] = {}  # task -> (occurrence, token)
@@ -301,7 +301,7 @@ class JournalMachine(RuleBasedStateMachine):
     @rule(hours=st.sampled_from([4, 8, 12]))
     def advance_clock(self, hours: int) -> None:
         self.now_h += hours
-        set_test_clock_offset_ms(int(self.now_h * HOUR_MS))
+        set_clock_offset(self.engine, int(self.now_h * HOUR_MS))
 
     # --- recovery ---------------------------------------------------------------------
 

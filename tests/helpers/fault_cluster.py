@@ -1,9 +1,10 @@
 """Test-side plumbing shared by the fault suite (tests/faults): the DB clock offset, node
 processes, an in-process survivor node that records its effects, and waiting.
 
-The DB clock is never waited for: the test offset (``set_test_clock_offset_ms`` in this
-process, ``HAI_TEST_DB_CLOCK_OFFSET_MS`` for node processes) puts DB time a few seconds into a
-fresh minute, and an in-process survivor moves on to the next minute by raising the offset.
+The DB clock is never waited for: the test engine's clock offset (``scheduler_core.testing``;
+``HAI_TEST_DB_CLOCK_OFFSET_MS`` gives it to node processes) puts DB time a few seconds into a
+fresh minute, and an in-process survivor on that engine moves on to the next minute by raising
+the offset.
 """
 
 from __future__ import annotations
@@ -23,19 +24,14 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.cron import cron_occurrence_id
-from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.tables import executions
 from scheduler_core.model import Execution, RetryPolicy
 from scheduler_core.store.executions import execution_from_row
+from scheduler_core.testing import OFFSET_ENV, clock_offset
 from tests.helpers.oracle import Effect, TaskSpec, read_events, record_effect
 from tests.helpers.processes import HELPERS
 
 ROOT = HELPERS.parent.parent
-
-
-def offset_env() -> dict[str, str]:
-    """The environment that gives a node process this process's DB clock offset."""
-    return {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(test_clock_offset_ms())}
 
 
 def register(engine: Engine, specs: Iterable[TaskSpec], retry: int = 3) -> None:
@@ -55,10 +51,10 @@ def register(engine: Engine, specs: Iterable[TaskSpec], retry: int = 3) -> None:
 
 
 def spawn_fault_node(url: str, node_id: str, events: Path, options: Mapping[str, Any] | None = None,
-                     env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start tests/helpers/fault_node.py with this process's DB clock offset."""
+                     env: Mapping[str, str] | None = None, *, clock: Engine) -> subprocess.Popen[str]:
+    """Start tests/helpers/fault_node.py with ``clock``'s DB clock offset (the test's engine)."""
     command = [sys.executable, str(HELPERS / "fault_node.py"), url, node_id, str(events), json.dumps(options or {})]
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), **offset_env(), **(env or {})}
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), OFFSET_ENV: str(clock_offset(clock)), **(env or {})}
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
 
 

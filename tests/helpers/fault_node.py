@@ -6,7 +6,8 @@ Options: {"lease_ms": 1500, "tick_interval_ms": 100, "max_concurrency": 4,
           "sleep_s": {"task-id": seconds}, "trace": false, "connect_timeout_ms": 10000}
 
 Environment: ``HAI_FAULT_KILL_AT`` names the point, ``HAI_FAULT_TASK`` the task whose
-execution it watches (default: any), ``HAI_FAULT_SIGNAL`` the signal (SIGKILL or SIGSTOP).
+execution it watches (default: any), ``HAI_FAULT_SIGNAL`` the signal (SIGKILL or SIGSTOP);
+``HAI_TEST_DB_CLOCK_OFFSET_MS`` moves the node's DB clock (scheduler_core.testing).
 The points are recognised with SQLAlchemy engine events in this process by the table and the
 kind of statement (never by exact SQL text, which the engine may batch differently), so no
 product code knows about them:
@@ -58,7 +59,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
-from scheduler_core.store.dialect import AutocommitLine
+from scheduler_core.testing import set_clock_offset_from_env
 from tests.helpers.oracle import Effect, append_event, record_effect
 
 POINTS = ("before_claim_commit", "after_claim_commit", "in_handler", "before_finish", "before_projection")
@@ -105,15 +106,16 @@ class KillSwitch:
             raise SystemExit(f"HAI_FAULT_SIGNAL must be SIGKILL or SIGSTOP (got {signal_name!r})")
         self.point, self.task, self.signal_name = point, task, signal_name
         self.events, self.node_id, self.trace = events, node_id, trace
-        self.engine: Engine | None = None
         self.gate = threading.Lock()  # held while pausing: no connection may be checked out
+        self.checked_out: set[Any] = set()  # the pool records of the connections checked out
+        self.checked_out_lock = threading.Lock()
         self.handler_returned = False  # the watched task's handler came back (on_task_finish / _error)
         self.finish_committed = False
         self.armed_after_commit: str | None = None  # kill at the next opportunity, for this reason
 
     def install(self, engine: Engine) -> None:
-        self.engine = engine
         event.listen(engine, "checkout", self._on_checkout)
+        event.listen(engine, "set_connection_execution_options", self._on_options)
         event.listen(engine, "begin", self._on_begin)
         event.listen(engine, "before_cursor_execute", self._before)
         event.listen(engine, "after_cursor_execute", self._after)
@@ -147,16 +149,14 @@ class KillSwitch:
         The gate is held only for the check and the signal, never while waiting: a thread that
         needs a connection meanwhile (the lease keeper) must not be starved of it.
         """
-        assert self.engine is not None
         while True:
             with self.gate:  # no checkout can start while we look and stop
-                # The node's tick line holds a connection in autocommit, outside any transaction.
-                if self.engine.pool.checkedout() == AutocommitLine.held(self.engine):  # type: ignore[attr-defined]
+                if not self._busy():
                     append_event(self.events, {"kind": "pause", "where": where, "node": self.node_id,
                                                "pid": os.getpid()})
                     signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
                     break
-            threading.Event().wait(0.001)  # not time.sleep: see scheduler_core.store.dialect._pause
+            threading.Event().wait(0.001)  # not time.sleep: see scheduler_core.store.transactions._pause
         append_event(self.events, {"kind": "resumed", "node": self.node_id, "pid": os.getpid()})
 
     def freeze(self, where: str) -> None:
@@ -166,9 +166,22 @@ class KillSwitch:
         signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # this thread stops at once
         append_event(self.events, {"kind": "resumed", "node": self.node_id, "pid": os.getpid()})
 
+    def _busy(self) -> int:
+        """Connections checked out, except the tick line's: it holds one in autocommit, outside
+        any transaction (marked when it switches to autocommit, see ``_on_options``)."""
+        with self.checked_out_lock:
+            return sum(1 for record in self.checked_out if not record.info.get("tick_line"))
+
     def _on_checkout(self, dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        with self.checked_out_lock:  # counted while it waits at the gate: the pause waits for it
+            self.checked_out.add(record)
         with self.gate:
             pass
+
+    @staticmethod
+    def _on_options(conn: Connection, options: Any) -> None:
+        if options.get("hai_autocommit"):  # only the tick line reads in autocommit
+            conn.info["tick_line"] = True  # the pool record's info: cleared at check-in
 
     def _watched(self, parameters: Any) -> bool:
         return self.task is None or self.task in repr(parameters)
@@ -224,6 +237,9 @@ class KillSwitch:
                 self.armed_after_commit = "the finish commit (projection in the same transaction)"
 
     def _on_checkin(self, dbapi_connection: Any, record: Any) -> None:
+        record.info.pop("tick_line", None)
+        with self.checked_out_lock:
+            self.checked_out.discard(record)
         if self.armed_after_commit:
             self.kill(self.point, f"check-in after {self.armed_after_commit}")
 
@@ -254,6 +270,7 @@ def main() -> None:
     concurrency = options.get("max_concurrency", 4)
     engine = create_engine({"url": url, "pool_size": concurrency + 4,
                             "connect_timeout_ms": options.get("connect_timeout_ms", 10_000)})
+    set_clock_offset_from_env(engine)
     switch.install(engine)
     scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, lease_ms=options.get("lease_ms", 1500),
                                                   tick_interval_ms=options.get("tick_interval_ms", 100),

@@ -12,10 +12,11 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler
 from scheduler_core.cron import new_occurrence_id
-from scheduler_core.db.clock import db_now_ms, set_test_clock_offset_ms, test_clock_offset_ms
+from scheduler_core.db.clock import db_now_ms
 from scheduler_core.db.tables import slots
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.store import ClaimRequest, ExecutionRepository
+from scheduler_core.testing import clock_offset, set_clock_offset
 
 
 def abandon_running_execution(engine: Engine, task_id: str, started: bool, lease_ms: int = 1000,
@@ -93,12 +94,12 @@ def db_now(engine: Engine) -> int:
 
 
 def enter_minute(engine: Engine, seconds_into: float = 5.0) -> int:
-    """Raise this process's clock offset so that DB time is ``seconds_into`` the next minute;
+    """Raise ``engine``'s clock offset so that DB time is ``seconds_into`` the next minute;
     returns that minute's start (ms). The offset only grows: nothing journaled before is
     seen as written in the future. Tests that count cron occurrences start this way."""
     now = db_now(engine)
     target = now - now % 60_000 + 60_000
-    set_test_clock_offset_ms(test_clock_offset_ms() + target + int(seconds_into * 1000) - now)
+    set_clock_offset(engine, clock_offset(engine) + target + int(seconds_into * 1000) - now)
     return target
 
 

@@ -8,6 +8,7 @@ Options: {"lease_ms": 3000, "tick_interval_ms": 200, "sleep_s": {"task-id": seco
 The hook appends one line per call to EFFECTS_FILE ("effect <occurrence> <node> <sequence>
 <attempt>"): the handler's own record of side effects, which the tests compare with the
 journal. SIGTERM closes the scheduler cleanly; SIGKILL is what crash tests send.
+``HAI_TEST_DB_CLOCK_OFFSET_MS`` moves the node's DB clock (scheduler_core.testing).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.testing import set_clock_offset_from_env
 
 
 def _append(path: str, line: str) -> None:
@@ -50,6 +52,7 @@ def main() -> None:
 
     concurrency = options.get("max_concurrency", 6)
     engine = create_engine({"url": url, "pool_size": concurrency + 4})
+    set_clock_offset_from_env(engine)
     scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, lease_ms=options.get("lease_ms", 3000),
                                                   tick_interval_ms=options.get("tick_interval_ms", 200),
                                                   max_concurrency=concurrency),
@@ -63,7 +66,7 @@ def main() -> None:
     trigger = options.get("trigger")
     if trigger:
         while not os.path.exists(trigger["go_file"]):
-            stop.wait(0.01)  # not time.sleep: see scheduler_core.store.dialect._pause
+            stop.wait(0.01)  # not time.sleep: see scheduler_core.store.transactions._pause
         log = scheduler.trigger(trigger["task"], source=node_id, idempotency_key=trigger.get("key"))
         _append(effects, f"triggered {node_id} {log.occurrence_id} {log.id} {log.status}")
     stop.wait(options.get("max_seconds", 120))

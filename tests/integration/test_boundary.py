@@ -23,8 +23,7 @@ from scheduler_core.errors import (
     TaskNotFoundError,
 )
 from scheduler_core.reach import Reach
-from scheduler_core.store.dialect import write
-from scheduler_core.store.rows import one_row
+from scheduler_core.store.transactions import one_row, write
 from tests.conftest import BACKENDS, create_database, drop_database, server
 from tests.helpers.processes import spawn_helper
 

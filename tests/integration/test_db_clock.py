@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import db_now_ms, db_statement_now_ms, set_test_clock_offset_ms, to_ms
-from scheduler_core.db.clock import test_clock_offset_ms
+from scheduler_core.db import close_engine, create_engine, db_now_ms, db_statement_now_ms, to_ms
+from scheduler_core.errors import ConfigError
+from scheduler_core.testing import OFFSET_ENV, clock_offset, set_clock_offset, set_clock_offset_from_env
 from tests.conftest import TestDatabase
 from tests.helpers.processes import faketime_env, run_helper
 
@@ -63,15 +65,54 @@ def test_the_statement_clock_is_one_reading_per_statement(engine: Engine) -> Non
     assert 0 <= clock - first < 1_000 and second - first >= 40
 
 
-def test_test_offset_shifts_the_construct(engine: Engine) -> None:
-    before = test_clock_offset_ms()
-    base = _now(engine)
+def test_a_test_offset_shifts_both_constructs_on_its_engine_only(engine: Engine, database: TestDatabase) -> None:
+    """The offset lives on one engine: another engine on the same database reads the real
+    clock. A statement built (and compiled, and cached by the engine) before a change follows
+    the change: the offset is not part of the statement."""
+    other = create_engine(database.url)
+    statement = select(db_now_ms(), db_statement_now_ms())
     try:
-        set_test_clock_offset_ms(60_000)
-        shifted = _now(engine)
+        base = _read(engine, statement)
+        set_clock_offset(engine, 60_000)
+        shifted, unshifted = _read(engine, statement), _read(other, statement)
+        set_clock_offset(engine, clock_offset(engine) - 120_000)
+        earlier = _read(engine, statement)
+        set_clock_offset(engine, 0)
+        back = _read(engine, statement)
     finally:
-        set_test_clock_offset_ms(before)
-    assert 55_000 < shifted - base < 65_000
+        close_engine(other)
+    assert clock_offset(other) == 0 == clock_offset(engine)
+    for reading in (0, 1):  # db_now_ms(), db_statement_now_ms()
+        assert 55_000 < shifted[reading] - base[reading] < 65_000
+        assert abs(unshifted[reading] - base[reading]) < TOLERANCE_MS
+        assert -65_000 < earlier[reading] - base[reading] < -55_000
+        assert abs(back[reading] - base[reading]) < TOLERANCE_MS
+
+
+def _read(engine: Engine, statement: Any) -> tuple[int, int]:
+    with engine.connect() as conn:
+        first, second = conn.execute(statement).one()
+        conn.rollback()
+    return int(first), int(second)
+
+
+def test_a_test_offset_is_refused_in_production_and_read_from_the_environment(engine: Engine) -> None:
+    production = {"HAI_ENV": "production"}
+    with pytest.raises(ConfigError) as info:
+        set_clock_offset(engine, 60_000, production)
+    assert info.value.field == OFFSET_ENV
+    with pytest.raises(ConfigError) as info:
+        set_clock_offset_from_env(engine, {**production, OFFSET_ENV: "60000"})
+    assert info.value.field == OFFSET_ENV
+    with pytest.raises(ConfigError) as info:
+        set_clock_offset_from_env(engine, {OFFSET_ENV: "soon"})
+    assert info.value.field == OFFSET_ENV
+    with pytest.raises(ConfigError) as info:
+        set_clock_offset(engine, 1.5)  # type: ignore[arg-type]
+    assert info.value.field == "offset_ms"
+    set_clock_offset(engine, 0, production)  # no offset is no test seam
+    assert clock_offset(engine) == 0 and set_clock_offset_from_env(engine, {}) == 0
+    assert set_clock_offset_from_env(engine, {OFFSET_ENV: "-5000"}) == -5000 == clock_offset(engine)
 
 
 @pytest.mark.parametrize("offset", ["+2h", "-2h"])

@@ -99,8 +99,7 @@ def http_server() -> Any:
     server.close()
 
 
-def test_api_task_fires_from_cron_and_logs_the_outcome(make_node: Any, http_server: Any, engine: Engine,
-                                                       clock_offset: None) -> None:
+def test_api_task_fires_from_cron_and_logs_the_outcome(make_node: Any, http_server: Any, engine: Engine) -> None:
     import time
 
     node = make_node()

@@ -12,12 +12,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import set_test_clock_offset_ms
-from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFoundError
 from scheduler_core.reach import Reach
 from scheduler_core.reach.queue import SETTLE_GRACE_MS, BulkPreview
 from scheduler_core.store.reach_queue import QueueFilter, QueueRepository
+from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.http_server import RecordingServer
 
 
@@ -127,10 +126,10 @@ def test_held_until_the_window_ends(engine: Engine, receiver: RecordingServer) -
         plain.close()
 
 
-def test_bulk_requeue_takes_exactly_the_previewed_set(reach: Reach, engine: Engine, clock_offset: None) -> None:
+def test_bulk_requeue_takes_exactly_the_previewed_set(reach: Reach, engine: Engine) -> None:
     previewed_ids = _dead(reach, engine, 4)
     other_provider = _dead(reach, engine, 1, provider="log")
-    set_test_clock_offset_ms(test_clock_offset_ms() + SETTLE_GRACE_MS + 500)  # the rows are past the grace
+    set_clock_offset(engine, clock_offset(engine) + SETTLE_GRACE_MS + 500)  # the rows are past the grace
     preview = reach.queue.preview_bulk_requeue(provider="hook")
     assert (preview.count, preview.more, preview.bound_id) == (4, False, None)
     changed = previewed_ids[0]
@@ -150,9 +149,9 @@ def test_bulk_requeue_takes_exactly_the_previewed_set(reach: Reach, engine: Engi
     assert (again.requeued, again.changed) == (0, 4)
 
 
-def test_bulk_preview_of_a_large_set_takes_the_oldest(reach: Reach, engine: Engine, clock_offset: None) -> None:
+def test_bulk_preview_of_a_large_set_takes_the_oldest(reach: Reach, engine: Engine) -> None:
     ids = _dead(reach, engine, 5)
-    set_test_clock_offset_ms(test_clock_offset_ms() + SETTLE_GRACE_MS + 500)
+    set_clock_offset(engine, clock_offset(engine) + SETTLE_GRACE_MS + 500)
     repo = QueueRepository(engine, "test", 60_000)
     captured = repo.capture_dead(QueueFilter("dead", provider="hook"), repo.now() - SETTLE_GRACE_MS, 3)
     assert (captured.count, captured.more) == (3, True) and captured.bound_id is not None

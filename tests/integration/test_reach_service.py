@@ -11,8 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
-from scheduler_core.db import close_engine, create_engine, set_test_clock_offset_ms
-from scheduler_core.db.clock import test_clock_offset_ms
+from scheduler_core.db import close_engine, create_engine
 from scheduler_core.errors import (
     DndBlockedError,
     InitFailedError,
@@ -23,6 +22,7 @@ from scheduler_core.errors import (
     TemplateRenderFailedError,
 )
 from scheduler_core.reach import Reach
+from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.conftest import TestDatabase
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.smtp_server import SmtpServer
@@ -114,15 +114,14 @@ def test_dnd_delay_needs_the_database(receiver: RecordingServer) -> None:
     assert info.value.field == "dnd.strategy"
 
 
-def test_dnd_delay_queues_then_delivers_once_after_the_window(engine: Engine, receiver: RecordingServer,
-                                                              clock_offset: None) -> None:
+def test_dnd_delay_queues_then_delivers_once_after_the_window(engine: Engine, receiver: RecordingServer) -> None:
     reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}, idempotent=True))
     result = reach.send({"provider": "hook", "to": "user-7", "body": "held"})
     assert result.deferred and result.queue_id and result.message_id is None
     entry = reach.queue.get(result.queue_id)
     assert entry is not None and entry.status == "pending" and entry.next_attempt_at > reach._now()
     assert reach.run_round().claimed == 0 and receiver.requests == []  # still inside the window
-    set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # the window is over
+    set_clock_offset(engine, clock_offset(engine) + 2 * HOUR_MS)  # the window is over
     report = reach.run_round()
     assert (report.claimed, report.sent) == (1, 1)
     assert reach.run_round().claimed == 0
@@ -146,7 +145,7 @@ def test_queueing_failure_is_an_error_not_a_fake_success(engine: Engine, receive
 
 
 @pytest.mark.parametrize(("idempotent", "expected"), [(False, ["unknown"]), (True, ["pending", "pending", "dead"])])
-def test_failing_deliveries(engine: Engine, receiver: RecordingServer, clock_offset: None, idempotent: bool,
+def test_failing_deliveries(engine: Engine, receiver: RecordingServer, idempotent: bool,
                             expected: list[str]) -> None:
     reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"},
                                    idempotent=idempotent, path="/status/503"))
@@ -154,7 +153,7 @@ def test_failing_deliveries(engine: Engine, receiver: RecordingServer, clock_off
     assert queue_id is not None
     seen = []
     for step in range(len(expected)):
-        set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # past the window and any backoff
+        set_clock_offset(engine, clock_offset(engine) + 2 * HOUR_MS)  # past the window and any backoff
         reach.run_round()
         entry = reach.queue.get(queue_id)
         assert entry is not None
@@ -190,13 +189,12 @@ def test_stored_templates_crud_and_preview(engine: Engine, receiver: RecordingSe
         reach.templates.get("welcome")
 
 
-def test_a_backlog_drains_in_back_to_back_rounds_of_at_most_100(engine: Engine, receiver: RecordingServer,
-                                                                clock_offset: None) -> None:
+def test_a_backlog_drains_in_back_to_back_rounds_of_at_most_100(engine: Engine, receiver: RecordingServer) -> None:
     """250 messages held by do-not-disturb: the minute's round is full, so further rounds follow
     at once (each still at most 100 rows) instead of leaving 150 for the next minutes."""
     reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}, idempotent=True))
     queued = {reach.send({"provider": "hook", "to": f"user-{i}", "body": "held"}).queue_id for i in range(250)}
-    set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # the window is over
+    set_clock_offset(engine, clock_offset(engine) + 2 * HOUR_MS)  # the window is over
     rounds: list[int] = []
     run_round = reach.run_round
 
@@ -217,7 +215,7 @@ def test_a_backlog_drains_in_back_to_back_rounds_of_at_most_100(engine: Engine, 
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
-def test_a_round_sends_up_to_its_concurrency_at_once(engine: Engine, receiver: RecordingServer, clock_offset: None,
+def test_a_round_sends_up_to_its_concurrency_at_once(engine: Engine, receiver: RecordingServer,
                                                       concurrency: int) -> None:
     """8 held messages to a receiver that answers each after 0.8 s: a round keeps
     ``queue.concurrency`` requests in flight (never more), and each message is sent once and settled.
@@ -229,7 +227,7 @@ def test_a_round_sends_up_to_its_concurrency_at_once(engine: Engine, receiver: R
     config["queue"]["concurrency"] = concurrency
     reach = _reach(engine, config)
     queued = {reach.send({"provider": "hook", "to": f"user-{i}", "body": "held"}).queue_id for i in range(8)}
-    set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)  # the window is over
+    set_clock_offset(engine, clock_offset(engine) + 2 * HOUR_MS)  # the window is over
     report = reach.run_round()
     assert (report.claimed, report.sent, report.lost) == (8, 8, 0)
     arrivals = sorted(r.received_at for r in receiver.requests)

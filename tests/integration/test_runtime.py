@@ -11,10 +11,9 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
 from scheduler_core import TaskDefinition
-from scheduler_core.db import set_test_clock_offset_ms
-from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.tables import nodes, tasks
 from scheduler_core.errors import InvalidStoredValueError
+from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.journal import enter_minute, wait_for_status
 
 
@@ -25,7 +24,7 @@ def _wait(predicate: Any, timeout: float = 15) -> None:
         time.sleep(0.05)
 
 
-def test_cron_fires_once_per_minute(engine: Engine, make_node: Any, clock_offset: None) -> None:
+def test_cron_fires_once_per_minute(engine: Engine, make_node: Any) -> None:
     seen: list[Any] = []
     node = make_node(hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
     node.register(TaskDefinition(id="minutely", name="Minutely", cron="* * * * *"))
@@ -34,7 +33,7 @@ def test_cron_fires_once_per_minute(engine: Engine, make_node: Any, clock_offset
     _wait(lambda: len(seen) == 1)  # the current minute counts once at start
     time.sleep(0.5)
     assert len(seen) == 1  # ticks within the same minute do not fire again
-    set_test_clock_offset_ms(test_clock_offset_ms() + 60_000)  # the DB clock reaches the next minute
+    set_clock_offset(engine, clock_offset(engine) + 60_000)  # the DB clock reaches the next minute
     _wait(lambda: len(seen) == 2)
     first, second = seen
     assert second.scheduled_minute - first.scheduled_minute == 60_000
@@ -118,13 +117,13 @@ def test_heartbeat_row_for_the_dashboard(engine: Engine, make_node: Any) -> None
     assert row().stopped_at is not None
 
 
-def test_retention_prunes_logs_only(engine: Engine, make_node: Any, clock_offset: None) -> None:
+def test_retention_prunes_logs_only(engine: Engine, make_node: Any) -> None:
     node = make_node(hooks={"on_task_execute": lambda e: "ok"}, max_logs=2, retention_days=1)
     node.register(TaskDefinition(id="job", name="Job", cron="0 2 * * *"))
     logs = [node.trigger("job") for _ in range(4)]
     assert node.prune_logs() == 2
     assert [entry.id for entry in node.get_logs()] == [logs[3].id, logs[2].id]
-    set_test_clock_offset_ms(test_clock_offset_ms() + 2 * 86_400_000)  # two days later
+    set_clock_offset(engine, clock_offset(engine) + 2 * 86_400_000)  # two days later
     assert node.prune_logs() == 2 and node.get_logs() == []
     assert all(node.execution.get(entry.occurrence_id).status == "success" for entry in logs)  # journal kept
 

@@ -10,16 +10,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import set_test_clock_offset_ms
-from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.reach import Reach
+from scheduler_core.testing import OFFSET_ENV, clock_offset, set_clock_offset
 from tests.conftest import TestDatabase
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.processes import HELPERS
@@ -27,13 +25,6 @@ from tests.helpers.smtp_server import SmtpServer
 
 pytestmark = pytest.mark.slow
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture
-def clock_offset() -> Iterator[None]:
-    before = test_clock_offset_ms()
-    yield
-    set_test_clock_offset_ms(before)
 
 
 def _window() -> dict[str, Any]:
@@ -47,7 +38,7 @@ def _spawn(database: TestDatabase, node_id: str, ready: Path, config: dict[str, 
            offset_ms: int) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(HELPERS / "reach_node.py"), database.url, node_id, str(ready),
                              json.dumps(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset_ms)})
+                            env={**os.environ, OFFSET_ENV: str(offset_ms)})
 
 
 def _wait(predicate: Any, procs: list[subprocess.Popen[str]], timeout: float = 60) -> None:
@@ -104,7 +95,7 @@ def _kill_while_sending(database: TestDatabase, tmp_path: Path, config: dict[str
 
 
 def test_sigkill_during_idempotent_webhook_delivery_is_retried_with_the_same_key(
-        database: TestDatabase, engine: Engine, tmp_path: Path, clock_offset: None) -> None:
+        database: TestDatabase, engine: Engine, tmp_path: Path) -> None:
     receiver = RecordingServer()
     try:
         config = {"providers": [{"name": "hook", "type": "api", "url": receiver.url("/slow/4"), "idempotent": True}],
@@ -113,7 +104,7 @@ def test_sigkill_during_idempotent_webhook_delivery_is_retried_with_the_same_key
         reach.init()
         queue_id = reach.send({"provider": "hook", "to": "user-1", "body": "pay"}).queue_id
         _kill_while_sending(database, tmp_path, config, lambda: len(receiver.requests) == 1)
-        set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)
+        set_clock_offset(engine, clock_offset(engine) + 2 * HOUR_MS)
         time.sleep(1.2)  # the dead owner's 1 s lease runs out
         assert reach.run_round().recovered == 1
         time.sleep(1.1)  # the backoff
@@ -127,7 +118,7 @@ def test_sigkill_during_idempotent_webhook_delivery_is_retried_with_the_same_key
 
 
 def test_sigkill_during_smtp_delivery_becomes_unknown_until_resolved(
-        database: TestDatabase, engine: Engine, tmp_path: Path, clock_offset: None) -> None:
+        database: TestDatabase, engine: Engine, tmp_path: Path) -> None:
     with SmtpServer() as smtp:
         smtp.delay_data(30)
         config = {"providers": [{"name": "mail", "type": "smtp", "host": "127.0.0.1", "port": smtp.port,
@@ -137,7 +128,7 @@ def test_sigkill_during_smtp_delivery_becomes_unknown_until_resolved(
         reach.init()
         queue_id = str(reach.send({"provider": "mail", "to": "user@example.com", "body": "code 1"}).queue_id)
         _kill_while_sending(database, tmp_path, config, lambda: smtp.data_attempts >= 1)
-        set_test_clock_offset_ms(test_clock_offset_ms() + 2 * HOUR_MS)
+        set_clock_offset(engine, clock_offset(engine) + 2 * HOUR_MS)
         time.sleep(1.2)
         assert reach.run_round().recovered == 1
         entry = reach.queue.get(queue_id)

@@ -24,11 +24,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
-from scheduler_core.db import close_engine, set_test_clock_offset_ms
-from scheduler_core.db.clock import test_clock_offset_ms
+from scheduler_core.db import close_engine
 from scheduler_core.reach import Reach
 from scheduler_core.reach.queue import SETTLE_GRACE_MS
 from scheduler_core.store.reach_queue import QueueRepository
+from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.http_server import RecordingServer
 from tests.webapp.conftest import ADMIN_PASSWORD, Auth, csrf_token
 from webapp import create_app
@@ -94,13 +94,6 @@ def runner(app: Flask, receiver: RecordingServer) -> Iterator[Reach]:
     made.init()
     yield made
     made.close()
-
-
-@pytest.fixture
-def clock_offset() -> Iterator[None]:
-    before = test_clock_offset_ms()
-    yield
-    set_test_clock_offset_ms(before)
 
 
 def _reach(app: Flask) -> Reach:
@@ -248,11 +241,12 @@ def test_dead_letters_filter(app: Flask, client: FlaskClient, auth: Auth, runner
     assert bad.status_code == 400 and "failure" in _text(bad)
 
 
-def test_bulk_requeue_takes_exactly_the_previewed_set(app: Flask, client: FlaskClient, auth: Auth, runner: Reach,
-                                                      clock_offset: None) -> None:
+def test_bulk_requeue_takes_exactly_the_previewed_set(app: Flask, client: FlaskClient, auth: Auth,
+                                                      runner: Reach) -> None:
     previewed = _delivered(app, runner, "hook", count=3)
     other = _delivered(app, runner, "log")
-    set_test_clock_offset_ms(test_clock_offset_ms() + SETTLE_GRACE_MS + 500)  # past the preview's grace
+    engine = app.extensions["hai_engine"]  # the app's and the runner's
+    set_clock_offset(engine, clock_offset(engine) + SETTLE_GRACE_MS + 500)  # past the preview's grace
     _user(app, auth, "operator")
     preview = _text(client.get("/notifications/dead/bulk?provider=hook"))
     assert re.search(r'id="bulk-count">3<', preview) and 'data-confirm="Requeue 3 dead letters?"' in preview

@@ -11,9 +11,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
-from scheduler_core.db.clock import set_test_clock_offset_ms
 from scheduler_core.db.tables import executions, reach_queue
 from scheduler_core.store.journal_queries import HOUR_MS
+from scheduler_core.testing import set_clock_offset
 from tests.helpers.journal import db_now, execution_row, insert_rows, journal_pending
 from tests.webapp.conftest import Auth
 from webapp.node import accounts_of
@@ -91,11 +91,11 @@ def test_counters_fragment(app: Flask, client: FlaskClient, auth: Auth) -> None:
 def test_chart_shows_the_last_day_per_hour(app: Flask, client: FlaskClient, auth: Auth) -> None:
     engine = app.extensions["hai_engine"]
     scheduler = app.extensions["hai_scheduler"]
-    set_test_clock_offset_ms(-3 * HOUR_MS)  # journal two failures three hours ago (DB clock)
+    set_clock_offset(engine, -3 * HOUR_MS)  # journal two failures three hours ago (DB clock)
     try:
         earlier = journal_pending(engine, 2, prefix="earlier")
     finally:
-        set_test_clock_offset_ms(0)
+        set_clock_offset(engine, 0)
     now = db_now(engine)
     insert_rows(engine, executions, [execution_row("recent-ok", now - 1, "success"),
                                      execution_row("too-old", now - 25 * HOUR_MS, "failed")])

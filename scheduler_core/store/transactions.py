@@ -1,0 +1,186 @@
+"""How the store talks to the database: transactions, retries and held connections.
+
+- ``write``: one write transaction, run again after lock contention -- deadlocks and lock
+  wait timeouts (``is_retryable``). Nothing else is retried: a failed COMMIT may have
+  committed.
+- ``read``: one read-only transaction (SQLite: no write lock taken).
+- ``HeldConnection``: a connection kept checked out between uses (a flusher's, writing batch
+  after batch); ``AutocommitLine``: single-statement reads in autocommit mode on one (the tick's).
+
+Database failures surface as :class:`DatabaseError` (``hai:reldb:002``) naming the action,
+with the driver error as the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from scheduler_core.db.engine import dialect_kind
+from scheduler_core.errors import DatabaseError
+
+logger = logging.getLogger("scheduler_core.store")
+T = TypeVar("T")
+_MYSQL_RETRYABLE = {1213, 1205}  # deadlock, lock wait timeout
+_PG_RETRYABLE = {"40P01", "40001"}  # deadlock detected, serialization failure
+WRITE_ATTEMPTS = 4
+# Event.wait rather than time.sleep: the same relative wait, and it also behaves under
+# libfaketime, which the clock-skew tests use (time.sleep's absolute-deadline nanosleep does not).
+_pause = threading.Event().wait
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """The transaction was rolled back because of lock contention: running it again is safe."""
+    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+        return False
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None)
+    if code in _PG_RETRYABLE:
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _MYSQL_RETRYABLE:
+        return True
+    return "database is locked" in str(orig)
+
+
+def write(bind: Engine | Connection, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS) -> T:
+    """Run ``work`` in one write transaction; rerun it after a deadlock or lock timeout.
+
+    ``bind`` is the engine (a pooled connection per transaction) or a connection its caller
+    keeps between transactions (a flusher's ``HeldConnection``). Database failures surface as
+    :class:`DatabaseError` (``hai:reldb:002``) with the driver error as its cause; errors
+    raised by ``work`` itself pass through unchanged.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            if isinstance(bind, Connection):
+                with bind.begin():
+                    return work(bind)
+            with bind.begin() as conn:
+                return work(conn)
+        except DBAPIError as exc:
+            if attempt == attempts or not is_retryable(exc):
+                raise _database_error("write", exc) from exc
+            _pause(random.uniform(0.005, 0.05) * attempt)
+        except SQLAlchemyError as exc:
+            raise _database_error("write", exc) from exc
+    raise AssertionError("unreachable")
+
+
+def read(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run ``work`` in a read-only transaction (SQLite: no write lock taken)."""
+    try:
+        with engine.connect().execution_options(hai_read_only=True) as conn:
+            try:
+                return work(conn)
+            finally:
+                conn.rollback()
+    except SQLAlchemyError as exc:
+        raise _database_error("read", exc) from exc
+
+
+class HeldConnection:
+    """A connection kept checked out between uses: no pool check-out and pre-ping each time.
+
+    ``get`` checks one out when none is held; ``drop`` gives it back -- when its user has
+    nothing to do for a while, or after an error, so that the next ``get`` takes a fresh one.
+    With ``autocommit`` each statement is its own transaction (``AutocommitLine``). One thread
+    at a time.
+    """
+
+    def __init__(self, engine: Engine, autocommit: bool = False) -> None:
+        self.engine = engine
+        self._autocommit = autocommit
+        self._conn: Connection | None = None
+
+    def get(self) -> Connection:
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    def drop(self) -> None:
+        """Give it back (idle), or throw it away after an error. Never raises."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # gone already: the pool drops it
+                logger.warning("closing a held connection failed", exc_info=True)
+
+    def _connect(self) -> Connection:
+        conn = self.engine.connect()
+        if not self._autocommit:
+            return conn
+        options: dict[str, Any] = {"hai_autocommit": True}
+        if dialect_kind(self.engine) != "sqlite":  # SQLite connections are in autocommit already
+            options["isolation_level"] = "AUTOCOMMIT"
+        # The statements run inside SQLAlchemy's autobegun transaction, which is never
+        # ended: ending it would send a COMMIT or ROLLBACK the driver does not skip (PyMySQL).
+        try:
+            conn.execution_options(**options)  # PyMySQL: SET AUTOCOMMIT, which may fail
+        except BaseException:
+            with contextlib.suppress(SQLAlchemyError):
+                conn.close()
+            raise
+        return conn
+
+
+class AutocommitLine:
+    """Single-statement reads in autocommit mode on one held connection: each read is one
+    round trip -- no pool check-out and pre-ping, no ``BEGIN``, no ``ROLLBACK`` -- where a
+    pooled read transaction costs four on PostgreSQL and MySQL. For the tick snapshot, which
+    every node reads every second; the connection is one of the node's reserved ones
+    (``RESERVED_CONNECTIONS``). A read that fails discards the connection; a dropped one
+    (server restart, idle timeout) is replaced and the read tried once more at once.
+    Thread-safe; ``close`` returns the connection to the pool."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._held = HeldConnection(engine, autocommit=True)
+        self._lock = threading.Lock()
+
+    def one(self, statement: Any) -> Any:
+        """The one row of ``statement`` (a SELECT)."""
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    return self._held.get().execute(statement).one()
+                except SQLAlchemyError as exc:
+                    self._held.drop()
+                    dropped = isinstance(exc, DBAPIError) and exc.connection_invalidated
+                    if attempt == 2 or not dropped:
+                        raise _database_error("read", exc) from exc
+                except BaseException:
+                    self._held.drop()  # interrupted mid-statement: the connection's state is unknown
+                    raise
+            raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            self._held.drop()
+
+
+def _database_error(action: str, exc: SQLAlchemyError) -> DatabaseError:
+    """A :class:`DatabaseError` for a failed ``action``, naming the driver's error (first line)."""
+    orig = getattr(exc, "orig", None) or exc
+    first_line = (str(orig).strip().splitlines() or [""])[0][:300]
+    return DatabaseError(f"database {action} failed: {type(orig).__name__}: {first_line}")
+
+
+def one_row(result: Any, what: str = "write") -> bool:
+    """Whether a write meant for at most one row changed it: True for one row, False for none.
+
+    More than one means the statement's key matched rows it was never meant to (a type or
+    collation mismatch): raising rolls the transaction back, so nothing is changed.
+    """
+    count = int(result.rowcount)
+    if count > 1:
+        raise DatabaseError(f"{what} matched {count} rows where at most one was meant; rolled back, nothing changed")
+    return count == 1
