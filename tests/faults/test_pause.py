@@ -44,10 +44,13 @@ def _stopped(proc: subprocess.Popen[str]) -> bool:
 
 
 def _after_resume(events: Path) -> list[dict[str, Any]]:
-    """The paused node's events after it resumed."""
+    """The paused node's events after it resumed: everything after its ``pause`` event, which it
+    writes just before it stops (no write can start in between, see fault_node.py). Not after its
+    ``resumed`` event: another thread of the resumed process (the lease keeper, renewing) may
+    write before the paused thread gets to log that it resumed."""
     mine = [e for e in read_events(events) if e.get("node") == PAUSED]
     kinds = [e["kind"] for e in mine]
-    return mine[kinds.index("resumed") + 1:] if "resumed" in kinds else []
+    return mine[kinds.index("pause") + 1:] if "resumed" in kinds else []
 
 
 def _writes(events: Path) -> list[dict[str, Any]]:
