@@ -117,7 +117,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 @pytest.mark.parametrize(("source", "expected"), [
     ("from scheduler_core.store import rows\n", {"scheduler_core.store", "scheduler_core.store.rows"}),
     ("import typing\nif typing.TYPE_CHECKING:\n    from scheduler_core.store import rows\n", set()),
-    ("def f():\n    from scheduler_core.store.transactions import one_row\n", {"scheduler_core.store.rows"}),
+    ("def f():\n    from scheduler_core.store.rows import one_row\n", {"scheduler_core.store.rows"}),
     ("from .rows import one_row\n", {"scheduler_core.store.rows"}),
 ])
 def test_imports_are_read_as_python_resolves_them(source: str, expected: set[str]) -> None:
