@@ -63,6 +63,12 @@ tasks = Table(
     Column("revision", BigInteger, nullable=False),
     _ms("created_at"),
     _ms("updated_at"),
+    Column("node_group", String(64), nullable=True),  # runs only on nodes in this group
+    Column("catchup", Json, nullable=True),  # {"policy": none | latest | all, "window_ms": N}
+    _ms("paused_at", nullable=True),  # paused: no cron occurrences until resumed (or paused_until)
+    _ms("paused_until", nullable=True),
+    Column("paused_by", String(ID_LENGTH), nullable=True),
+    Column("paused_reason", Text, nullable=True),
     Index(None, "updated_at"),
     Index(None, "enabled", "id"),
     **MYSQL_TABLE_OPTIONS,
@@ -88,7 +94,7 @@ executions = Table(
     Column("occurrence_id", String(OCCURRENCE_ID_LENGTH), primary_key=True),
     Column("task_id", String(ID_LENGTH), nullable=False),
     Column("task_revision", BigInteger, nullable=False),
-    Column("trigger", String(16), nullable=False),  # cron | manual
+    Column("trigger", String(16), nullable=False),  # cron | manual | catchup
     Column("source", String(ID_LENGTH), nullable=True),
     Column("idempotency_key", String(ID_LENGTH), nullable=True),
     _ms("scheduled_minute", nullable=True),  # UTC minute start of a cron occurrence
@@ -107,6 +113,8 @@ executions = Table(
     Column("resolution_reason", Text, nullable=True),
     _ms("created_at"),
     _ms("updated_at"),
+    _ms("missed_until", nullable=True),  # a summary missed row: its minutes run through this one
+    Column("missed_count", Integer, nullable=True),  # ... and there are this many of them
     UniqueConstraint("task_id", "idempotency_key"),
     Index(None, "status", "lease_until"),  # expiry scan
     Index(None, "status", "updated_at"),  # unknown review
@@ -157,6 +165,8 @@ nodes = Table(
     _ms("started_at"),
     _ms("last_seen_at"),
     _ms("stopped_at", nullable=True),
+    Column("capabilities", Json, nullable=True),  # handler kinds it runs: api, python, hook, js
+    Column("node_groups", Json, nullable=True),  # groups it belongs to
     Index(None, "last_seen_at"),
     **MYSQL_TABLE_OPTIONS,
 )
