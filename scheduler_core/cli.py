@@ -62,6 +62,7 @@ def add_core_commands(commands: Any) -> None:
     node.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
     node.add_argument("--node-id", help="defaults to host-pid-random")
     node.add_argument("--max-concurrency", type=int, default=6)
+    add_node_routing_options(node)
     node.set_defaults(handler=_node)
     db = commands.add_parser("db", help="database schema and health")
     db_commands = db.add_subparsers(title="db commands")
@@ -72,6 +73,33 @@ def add_core_commands(commands: Any) -> None:
         sub = db_commands.add_parser(name, help=text)
         sub.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
         sub.set_defaults(handler=handler)
+
+
+def add_node_routing_options(parser: argparse.ArgumentParser) -> None:
+    """``--hooks`` and ``--group``: what a node can run (``node`` and ``serve``)."""
+    parser.add_argument("--hooks", default=os.environ.get("HAI_HOOKS"), metavar="MODULE:ATTR",
+                        help="the application's hooks object (e.g. myapp.jobs:hooks; default HAI_HOOKS): "
+                             "without it, this node runs no hook tasks")
+    parser.add_argument("--group", action="append", dest="groups", metavar="NAME",
+                        help="a node group this node serves (repeatable; default HAI_NODE_GROUPS, comma-separated)")
+
+
+def node_hooks(args: argparse.Namespace) -> object | None:
+    """The hooks ``--hooks`` names, imported now (the current directory is importable, as under
+    gunicorn): a typo is a named error before anything starts."""
+    from scheduler_core.runtime.hooks import load_hooks
+
+    if not args.hooks:
+        return None
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return load_hooks(args.hooks, "--hooks")
+
+
+def node_groups(args: argparse.Namespace) -> tuple[str, ...]:
+    from scheduler_core.config import groups_from_text
+
+    return tuple(args.groups) if args.groups else groups_from_text(os.environ.get("HAI_NODE_GROUPS"))
 
 
 def _engine(args: argparse.Namespace) -> tuple[Engine, DatabaseConfig]:
@@ -115,11 +143,13 @@ def _node(args: argparse.Namespace) -> int:
     from scheduler_core.config import SchedulerConfig
     from scheduler_core.runtime import Scheduler
 
-    engine, _ = _engine(args)
-    settings: dict[str, Any] = {"max_concurrency": args.max_concurrency}
+    hooks = node_hooks(args)
+    settings: dict[str, Any] = {"max_concurrency": args.max_concurrency, "groups": node_groups(args)}
     if args.node_id:
         settings["node_id"] = args.node_id
-    scheduler = Scheduler(engine, SchedulerConfig(**settings))
+    config = SchedulerConfig(**settings)
+    engine, _ = _engine(args)
+    scheduler = Scheduler(engine, config, hooks=hooks)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

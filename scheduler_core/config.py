@@ -7,9 +7,11 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 
-from scheduler_core.validation import check_bool, check_id, check_int, check_optional_int
+from scheduler_core.errors import ConfigError
+from scheduler_core.validation import check_bool, check_group, check_id, check_int, check_optional_int
 
 LEASE_MS_RANGE = (1_000, 86_400_000)
+MAX_GROUPS = 32
 
 
 def default_node_id() -> str:
@@ -29,6 +31,7 @@ class SchedulerConfig:
     retention_days: int | None = None  # retention: drop log rows older than this; None = forever
     heartbeat_interval_ms: int = 10_000  # node row refresh for the dashboard; 1000..3600000
     auto_migrate: bool = True  # init() applies pending schema migrations (under a DB lock)
+    groups: tuple[str, ...] = ()  # node groups this node serves: it runs tasks of these groups and ungrouped ones
 
     def __post_init__(self) -> None:
         check_id(self.node_id, "node_id")
@@ -40,7 +43,20 @@ class SchedulerConfig:
         check_optional_int(self.retention_days, "retention_days", 1, 36_500)
         check_int(self.heartbeat_interval_ms, "heartbeat_interval_ms", 1_000, 3_600_000)
         check_bool(self.auto_migrate, "auto_migrate")
+        if isinstance(self.groups, str) or not isinstance(self.groups, tuple | list):
+            raise ConfigError("groups", "must be a list of group names")
+        if len(self.groups) > MAX_GROUPS:
+            raise ConfigError("groups", f"at most {MAX_GROUPS} groups")
+        for index, group in enumerate(self.groups):
+            check_group(group, f"groups[{index}]")
+        object.__setattr__(self, "groups", tuple(sorted(set(self.groups))))
 
     @property
     def renew_interval_ms(self) -> int:
         return max(self.lease_ms // 3, 200)
+
+
+def groups_from_text(value: str | None) -> tuple[str, ...]:
+    """Node groups written as text (``HAI_NODE_GROUPS=billing,reports``): comma-separated names;
+    SchedulerConfig checks each one."""
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
 from typing import Any
 
 from scheduler_core.cron import validate_cron, validate_timezone
@@ -13,6 +14,8 @@ from scheduler_core.masking import mask_values, masked_handler
 from scheduler_core.statuses import TERMINAL_STATUSES, ExecutionStatus, LogPersistenceStatus, Trigger
 from scheduler_core.validation import (
     check_bool,
+    check_choice,
+    check_group,
     check_id,
     check_int,
     check_json,
@@ -65,6 +68,56 @@ class RetryPolicy:
         return cls(max_attempts=value.get("max_attempts", 1), backoff_ms=value.get("backoff_ms", ()))
 
 
+class CatchupMode(StrEnum):
+    """What a node does with a task's occurrences that nobody ran while the cluster was down."""
+
+    NONE = "none"  # journal them as missed
+    LATEST = "latest"  # run the most recent one inside the window; the others are missed
+    ALL = "all"  # run each one inside the window, in order, through the task's slot
+
+
+CATCHUP_WINDOW_MAX_MS = 7 * 86_400_000
+
+
+@dataclass(frozen=True)
+class CatchupPolicy:
+    """A task's catch-up after downtime: ``policy`` and how far back it reaches (``window_ms``)."""
+
+    policy: CatchupMode = CatchupMode.NONE
+    window_ms: int = 3_600_000  # occurrences older than this (before the first node came back) are missed
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", check_choice(self.policy, "catchup.policy", CatchupMode))
+        check_int(self.window_ms, "catchup.window_ms", 0, CATCHUP_WINDOW_MAX_MS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": str(self.policy), "window_ms": self.window_ms}
+
+    @classmethod
+    def parse(cls, value: CatchupPolicy | Mapping[str, Any] | None) -> CatchupPolicy | None:
+        if value is None or isinstance(value, CatchupPolicy):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError("catchup", f"must be a mapping or CatchupPolicy (got {type(value).__name__})")
+        unknown = set(value) - {"policy", "window_ms"}
+        if unknown:
+            raise ConfigError(f"catchup.{sorted(unknown, key=str)[0]}", "is not a catch-up setting")
+        return cls(**value)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A task paused by an operator: no cron occurrences until resumed (or ``until``)."""
+
+    at: int  # DB-clock ms
+    until: int | None  # resumes by itself at this DB-clock ms; None: until resume()
+    by: str | None
+    reason: str | None
+
+    def active(self, now_ms: int) -> bool:
+        return self.until is None or now_ms < self.until
+
+
 @dataclass(frozen=True)
 class TaskDefinition:
     """A scheduled task. Stored fields are filled in by the repository."""
@@ -80,7 +133,10 @@ class TaskDefinition:
     retry: RetryPolicy | None = None  # None = one attempt
     handler: Mapping[str, Any] | None = None  # {"kind": "hook" | "api" | ...}; None = host hook
     params: Mapping[str, Any] | None = None  # JSON object handed to the handler
+    node_group: str | None = None  # runs only on nodes in this group; None: on any node able to run it
+    catchup: CatchupPolicy | None = None  # None: occurrences missed during downtime are journaled only
     revision: int = 0  # stored: incremented by every change
+    paused: Pause | None = None  # stored: set by Scheduler.pause, cleared by resume
     created_at: int | None = None  # stored: DB-clock ms
     updated_at: int | None = None  # stored: DB-clock ms; the version operators compare-and-set
 
@@ -92,12 +148,18 @@ class TaskDefinition:
     def handler_kind(self) -> str:
         return str(self.handler.get("kind", "hook")) if self.handler else "hook"
 
+    @property
+    def catchup_policy(self) -> CatchupPolicy:
+        return self.catchup or CatchupPolicy()
+
     def masked(self) -> dict[str, Any]:
         """The definition as a dict fit for display: secrets in handler and params masked."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["handler"] = masked_handler(self.handler)
         data["params"] = mask_values(self.params)
         data["retry"] = self.retry.to_json() if self.retry else None
+        data["catchup"] = self.catchup.to_json() if self.catchup else None
+        data["paused"] = vars(self.paused).copy() if self.paused else None
         return data
 
     def __repr__(self) -> str:  # never print a secret header or token in a log line
@@ -106,7 +168,7 @@ class TaskDefinition:
 
     def same_definition(self, other: TaskDefinition) -> bool:
         """Equal in everything a user declares (ignores revision and timestamps)."""
-        stored = ("revision", "created_at", "updated_at")
+        stored = ("revision", "created_at", "updated_at", "paused")
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name not in stored)
 
 
@@ -120,6 +182,9 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None) -> TaskDe
     for name in ("enabled", "delete_after_run", "idempotent"):
         check_bool(getattr(task, name), name)
     retry = RetryPolicy.parse(task.retry)
+    catchup = CatchupPolicy.parse(task.catchup)
+    if task.node_group is not None:
+        check_group(task.node_group, "node_group")
     params = check_json_object(task.params, "params")
     handler = task.handler
     if handler is not None:
@@ -128,11 +193,11 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None) -> TaskDe
         check_json(handler, "handler")
         handler = handler_validator(handler) if handler_validator else dict(handler)
     return replace(task, description=description, cron=cron, timezone=timezone, retry=retry, params=params,
-                   handler=handler)
+                   handler=handler, catchup=catchup)
 
 
 UPDATABLE_FIELDS = ("name", "cron", "description", "timezone", "enabled", "delete_after_run", "idempotent",
-                    "retry", "handler", "params")
+                    "retry", "handler", "params", "node_group", "catchup")
 
 
 @dataclass(frozen=True)

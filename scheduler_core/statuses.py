@@ -10,11 +10,13 @@ class Trigger(StrEnum):
 
     CRON = "cron"
     MANUAL = "manual"
+    CATCHUP = "catchup"  # a cron occurrence run late, after downtime, by the task's catch-up policy
 
 
 class ExecutionStatus(StrEnum):
     """A journal row's status (docs/semantics.md, "Outcomes")."""
 
+    QUEUED = "queued"  # journaled for a node able to run it; nobody owns it yet
     RUNNING = "running"  # claimed and owned under a lease
     SUCCESS = "success"
     FAILED = "failed"  # definite: the handler raised or answered, nothing ambiguous
@@ -22,9 +24,10 @@ class ExecutionStatus(StrEnum):
     UNKNOWN = "unknown"  # the effect may or may not have happened: keeps the slot until resolved
     DISCARDED = "discarded"  # an operator's decision about an unknown execution
     SKIPPED = "skipped"  # journaled without running (slot busy)
+    MISSED = "missed"  # due, but no node ran it (no_node_running, no_capable_node)
 
 
-TERMINAL_STATUSES = frozenset(ExecutionStatus) - {ExecutionStatus.RUNNING}
+TERMINAL_STATUSES = frozenset(ExecutionStatus) - {ExecutionStatus.QUEUED, ExecutionStatus.RUNNING}
 FAILURE_STATUSES = (ExecutionStatus.FAILED, ExecutionStatus.INTERRUPTED, ExecutionStatus.UNKNOWN)
 
 

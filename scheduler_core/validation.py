@@ -19,6 +19,7 @@ FieldError = Callable[[str, str], Exception]  # ConfigError, ReachConfigError, D
 S = TypeVar("S", bound=StrEnum)
 
 ID_MAX = 128  # task ids, occurrence ids, idempotency keys, sources, node ids, names
+GROUP_MAX = 64  # node groups
 MAX_SAFE_INTEGER = 2**53 - 1  # what survives JSON and a BIGINT read as a double
 MAX_MS = MAX_SAFE_INTEGER  # unix milliseconds
 MAX_JSON_DEPTH = 32  # nesting of params, handlers, template variables
@@ -102,6 +103,14 @@ def check_id(value: Any, field: str, error: FieldError = ConfigError) -> str:
 
 def check_optional_id(value: Any, field: str, error: FieldError = ConfigError) -> str | None:
     return None if value is None else check_id(value, field, error)
+
+
+def check_group(value: Any, field: str, error: FieldError = ConfigError) -> str:
+    """A node group name: an identifier of at most 64 characters."""
+    check_id(value, field, error)
+    if len(value) > GROUP_MAX:
+        fail(error, field, f"must be at most {GROUP_MAX} characters (got {len(value)})")
+    return value  # type: ignore[no-any-return]
 
 
 def check_choice(value: Any, field: str, choices: type[S], error: FieldError = ConfigError) -> S:

@@ -91,7 +91,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_database"] = config
     app.extensions["hai_accounts"] = Accounts(engine)
     app.extensions["hai_audit"] = AuditTrail(engine)
-    scheduler = make_scheduler(engine)
+    scheduler = make_scheduler(engine, app.config)
     app.extensions["hai_scheduler"] = scheduler
     app.extensions["hai_reach"] = make_reach(app, scheduler)
     bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))

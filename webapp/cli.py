@@ -16,7 +16,8 @@ from pathlib import Path
 
 from werkzeug.security import generate_password_hash
 
-from scheduler_core.cli import build_parser, dispatch
+from scheduler_core.cli import add_node_routing_options, build_parser, dispatch, node_groups, node_hooks
+from scheduler_core.config import SchedulerConfig
 from scheduler_core.db import DatabaseConfig, close_engine, create_engine, upgrade
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import ROLES, Accounts, check_new_password, check_username
@@ -27,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="serve the dashboard (gunicorn; one scheduler node per worker)")
     serve.add_argument("--bind", default=os.environ.get("HAI_BIND", "127.0.0.1:8000"), help="HOST:PORT")
     serve.add_argument("--workers", type=int, default=int(os.environ.get("HAI_WORKERS", "2")))
+    add_node_routing_options(serve)
     serve.set_defaults(handler=_serve)
     user = commands.add_parser("create-user", help="create a dashboard user (or reset its password)")
     user.add_argument("name")
@@ -37,6 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    node_hooks(args)  # imported once here: a bad --hooks stops serve before any worker boots
+    groups = SchedulerConfig(groups=node_groups(args)).groups
+    if args.hooks:  # each worker builds its node from these (webapp.node.make_scheduler)
+        os.environ["HAI_HOOKS"] = args.hooks
+    os.environ["HAI_NODE_GROUPS"] = ",".join(groups)
     config = Path(__file__).with_name("gunicorn_conf.py")
     command = [sys.executable, "-m", "gunicorn", "-c", str(config), "--bind", args.bind,
                "--workers", str(args.workers), "webapp.wsgi:app"]

@@ -21,17 +21,26 @@ from flask import Flask
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
+from scheduler_core.config import groups_from_text
 from scheduler_core.errors import ReachConfigError
 from scheduler_core.reach import Reach
 from scheduler_core.runtime.accounts import Accounts, AuditTrail
+from scheduler_core.runtime.hooks import load_hooks
 
 logger = logging.getLogger("webapp.node")
 NODE_CONCURRENCY = 4  # handler threads of the node in each dashboard worker
 
 
-def make_scheduler(engine: Engine) -> Scheduler:
+def make_scheduler(engine: Engine, settings: Mapping[str, Any]) -> Scheduler:
+    """This worker's node: it runs hook tasks only with the application's hooks (``HOOKS``, from
+    ``HAI_HOOKS`` or ``serve --hooks``), and serves the groups of ``NODE_GROUPS``."""
     node_id = f"{socket.gethostname()[:80]}-web-{os.getpid()}"
-    scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, max_concurrency=NODE_CONCURRENCY))
+    spec = settings.get("HOOKS")
+    hooks = load_hooks(spec, "HAI_HOOKS") if spec else None
+    groups = settings.get("NODE_GROUPS") or ()
+    config = SchedulerConfig(node_id=node_id, max_concurrency=NODE_CONCURRENCY,
+                             groups=groups_from_text(groups) if isinstance(groups, str) else tuple(groups))
+    scheduler = Scheduler(engine, config, hooks=hooks)
     scheduler.init()
     return scheduler
 

@@ -29,6 +29,11 @@ class ExecutorRegistry:
     def get(self, kind: str) -> Executor | None:
         return self._by_kind.get(kind)
 
+    def available_kinds(self) -> frozenset[str]:
+        """The kinds this host can run now (an executor may say it cannot: ``available()``)."""
+        return frozenset(kind for kind, executor in self._by_kind.items()
+                         if getattr(executor, "available", lambda: True)())
+
     def validate(self, handler: Mapping[str, Any]) -> dict[str, Any]:
         kind = handler.get("kind", "hook")
         executor = self._by_kind.get(kind) if isinstance(kind, str) else None

@@ -272,6 +272,11 @@ class JavaScriptCodeExecutor(_CodeExecutor):
     kind = "js"
     language = "JavaScript"
 
+    @staticmethod
+    def available() -> bool:
+        """Whether this host can run JavaScript tasks (a node claims js occurrences only then)."""
+        return shutil.which("node") is not None
+
     def _check_code(self, code: str) -> None:
         _check_js_syntax(_find_node(), code)
 

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.executors import ExecutorRegistry
+from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.batching import OwnerWrites
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.leases import DbClockEstimate, LeaseKeeper
-from scheduler_core.store import ExecutionRepository, LogRepository, TaskRepository
+from scheduler_core.store import ExecutionRepository, LogRepository, NodeRepository, TaskRepository
+from scheduler_core.store.handoff import HandoffRepository
 
 if TYPE_CHECKING:
     from scheduler_core.runtime.runner import Runner
@@ -26,15 +28,33 @@ class RuntimeContext:
         self.tasks = tasks
         self.executions = executions
         self.logs = logs
+        self.handoff = HandoffRepository(executions)  # queued and missed rows
+        self.nodes = NodeRepository(executions.engine)
         self.executors = executors
         self.hooks = hooks  # replaced whole by set_hooks / clear_hooks
         self.clock = DbClockEstimate()
         self.leases = LeaseKeeper(executions, config.renew_interval_ms, config.lease_ms)
         self.writes = OwnerWrites(executions, logs)  # group commits of begins and terminal commits
         self.forget_task = forget_task
+        self.kinds = executors.available_kinds()  # found at init(): js only where Node.js is
         self._runners: dict[str, Runner] = {}
         self._lock = threading.Lock()
         self.idle = threading.Condition(self._lock)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The handler kinds this node runs: hook only with an ``on_task_execute`` hook."""
+        return self.kinds if self.hooks.on_task_execute is not None else self.kinds - {"hook"}
+
+    def can_run(self, task: TaskDefinition) -> bool:
+        """This node claims the task's occurrences: it runs its kind and serves its group."""
+        group_ok = task.node_group is None or task.node_group in self.config.groups
+        return group_ok and task.handler_kind in self.capabilities
+
+    def capable_node_alive(self, task: TaskDefinition) -> bool:
+        """Some live node (a heartbeat within three intervals) runs the task's kind and group."""
+        _, alive = self.nodes.alive(3 * self.config.heartbeat_interval_ms)
+        return any(node.can_run(task.handler_kind, task.node_group) for node in alive)
 
     def register_runner(self, runner: Runner) -> None:
         with self._lock:

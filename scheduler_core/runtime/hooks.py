@@ -8,6 +8,7 @@ HOOK_EXECUTION_FAILED and never changes the business outcome.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 from scheduler_core.errors import ConfigError, HookExecutionFailedError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest
+from scheduler_core.validation import check_text
 
 logger = logging.getLogger("scheduler_core.hooks")
 HOOK_NAMES = ("on_task_start", "on_task_execute", "on_task_finish", "on_task_error")
@@ -70,3 +72,25 @@ class Hooks:
             error = HookExecutionFailedError(f"{name} failed for {event.context.occurrence_id}: "
                                              f"{type(exc).__name__}: {exc}")
             logger.warning("%s", error, exc_info=True)
+
+
+def load_hooks(spec: object, field: str = "hooks") -> object:
+    """The application's hooks object named ``module:attribute`` (``myapp.jobs:hooks``), imported
+    now, so that a typo fails before a node starts: ConfigError naming ``field`` when the module
+    does not import, the attribute is missing, or it holds none of the hooks."""
+    text = check_text(spec, field, 512, single_line=True).strip()
+    module_name, colon, attribute = text.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ConfigError(field, f"must be module:attribute, e.g. myapp.jobs:hooks (got {text!r})")
+    try:
+        found: object = importlib.import_module(module_name)
+    except Exception as exc:  # any error the application's import raises: report it, start nothing
+        raise ConfigError(field, f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise ConfigError(field, f"{module_name!r} has no attribute {attribute!r}")
+        found = getattr(found, part)
+    hooks = Hooks(found)
+    if all(getattr(hooks, name) is None for name in HOOK_NAMES):
+        raise ConfigError(field, f"{text} has none of the hooks {', '.join(HOOK_NAMES)}")
+    return found

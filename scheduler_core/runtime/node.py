@@ -56,6 +56,8 @@ class Node:
         # under the same id, can produce it.
         self._token_namespace = uuid.uuid4()
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
+        self._queued_seen: int | None = None  # newest queued row when a scan found none this node runs
+        self._declined_lease: int | None = None  # earliest expired lease when every expired row was left
         self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
 
     # --- lifecycle --------------------------------------------------------------------
@@ -111,9 +113,11 @@ class Node:
             self._tasks_version = snapshot.tasks_version
             self.planner.sync(definitions, snapshot.now_ms)
             self._cancel_stale_runners(definitions)
-        if snapshot.leases_expired:
-            self._recover_expired()
-        due = self.planner.due(snapshot.now_ms)
+        if snapshot.leases_expired and snapshot.earliest_lease_until != self._declined_lease:
+            self._recover_expired(snapshot.earliest_lease_until)
+        if snapshot.latest_queued is not None and snapshot.latest_queued != self._queued_seen:
+            self._claim_queued(snapshot)
+        due = [d for d in self.planner.due(snapshot.now_ms) if self._runnable(d.task_id)]
         random.shuffle(due)  # see the module docstring: nodes spread over a burst
         self.planner.backlog.extend(due)
         try:
@@ -135,9 +139,14 @@ class Node:
             return self.ctx.tasks.tick_snapshot(leases=True, line=self._tick_line)
         self._last_heartbeat = now
         row = self.nodes.heartbeat(self.ctx.node_id, socket.gethostname(), os.getpid(),
-                                   self.ctx.tasks.snapshot_columns(leases=True))
+                                   self.ctx.tasks.snapshot_columns(leases=True), sorted(self.ctx.capabilities),
+                                   self.ctx.config.groups)
         assert row is not None
         return self.ctx.tasks.snapshot_from(row)
+
+    def _runnable(self, task_id: str) -> bool:
+        task = self.planner.task(task_id)
+        return task is not None and self.ctx.can_run(task)
 
     def _free_capacity(self) -> int:
         config = self.ctx.config
@@ -203,6 +212,34 @@ class Node:
             return {task_id: task for task_id, task in known.items() if task is not None}
         return self.ctx.tasks.get_many(conn, task_ids)
 
+    # --- queued occurrences: journaled by a node that cannot run them ---------------------
+
+    def _claim_queued(self, snapshot: TickSnapshot) -> None:
+        """Own the queued rows this node can run (up to its free capacity); end those nobody can
+        run. Until a newer row is queued, a scan that found none of ours is not repeated."""
+        rows = self.ctx.handoff.queued(CLAIM_BATCH)
+        mine = [e for e in rows if self._runnable(e.task_id)]
+        requests = [queued_request(e, str(uuid.uuid4())) for e in mine[:self._free_capacity()]]
+        results = self.ctx.handoff.claim_queued(requests) if requests else []
+        claimed = {r.occurrence_id for r in results if r.outcome == "claimed"}
+        for r in requests:
+            if r.occurrence_id in claimed:
+                self._submit(Runner(self.ctx, Ownership(claimed_execution(r, self.ctx.node_id), r.token, None, [],
+                                                        reread=True)))
+        self._end_unrunnable([e for e in rows if not self._runnable(e.task_id)], snapshot.now_ms)
+        self._queued_seen = snapshot.latest_queued if not mine else None
+
+    def _end_unrunnable(self, rows: list[Execution], now_ms: int) -> None:
+        """Queued rows that wait longer than a tick: of a task gone, ``interrupted``; of one no
+        live node can run, ``missed`` (``no_capable_node``)."""
+        waited = [e for e in rows if e.created_at <= now_ms - self.ctx.config.tick_interval_ms]
+        for execution in waited:
+            task = self.planner.task(execution.task_id)
+            if task is None:
+                self.ctx.handoff.settle_queued(execution.occurrence_id, ExecutionStatus.INTERRUPTED, "deleted")
+            elif not self.ctx.capable_node_alive(task):
+                self.ctx.handoff.settle_queued(execution.occurrence_id, ExecutionStatus.MISSED, "no_capable_node")
+
     def _submit(self, runner: Runner) -> None:
         self.ctx.register_runner(runner)
         assert self.pool is not None
@@ -217,30 +254,39 @@ class Node:
 
     # --- expired leases -------------------------------------------------------------------
 
-    def _recover_expired(self) -> None:
+    def _recover_expired(self, earliest: int | None) -> None:
+        """Recover every expired row; when this node left them all (a takeover it cannot run),
+        the scan is not repeated until the earliest lease changes."""
+        declined = True
         for execution in self.ctx.executions.expired():
             try:
-                self._recover(execution)
+                declined = not self._recover(execution) and declined
             except Exception:
                 logger.warning("recovering %s failed; next tick retries", execution.occurrence_id, exc_info=True)
+                declined = False
+        self._declined_lease = earliest if declined else None
 
-    def _recover(self, execution: Execution) -> None:
+    def _recover(self, execution: Execution) -> bool:
+        """Take over or settle an expired execution; False when only another node can (it runs
+        what this node cannot)."""
         task = self.planner.task(execution.task_id)
         started = execution.attempt > 0
         if task is not None and task.idempotent and execution.attempt < execution.max_attempts:
+            if not self.ctx.can_run(task):
+                return False  # left for a node able to run it
             if self._free_capacity() == 0:
-                return  # leave it for a node with room (or our next tick)
+                return True  # this node's next tick (or a node with room) takes it over
             token = str(uuid.uuid4())
             if self.ctx.executions.take_over(execution, token):
                 owned = replace(execution, sequence=execution.sequence + 1, execution_token=token,
                                 owner_node=self.ctx.node_id)
                 self._submit(Runner(self.ctx, Ownership(owned, token, task, list(execution.attempts))))
-            return
+            return True
         attempts = [_closed(a) for a in execution.attempts]
         if not started:
             # No attempt ever began: nothing can have happened. Interrupt and free the slot.
             self.ctx.executions.settle_expired(execution, "interrupted", "owner_lost_before_start", attempts, True)
-            return
+            return True
         reason = "attempts_exhausted" if task is not None and task.idempotent else "lease_expired"
         if self.ctx.executions.settle_expired(execution, "unknown", reason, attempts, False):
             settled = replace(execution, status=ExecutionStatus.UNKNOWN, attempts=tuple(attempts))
@@ -248,6 +294,7 @@ class Node:
                 self.ctx.logs.project(settled)
             except Exception:
                 logger.warning("log projection of %s failed (pending, repairable)", execution.occurrence_id)
+        return True
 
     # --- definitions changed under running executions ------------------------------------
 
@@ -277,6 +324,14 @@ def claimed_execution(r: ClaimRequest, node_id: str) -> Execution:
         reason=None, sequence=1, attempt=0, max_attempts=r.max_attempts, execution_token=r.token,
         owner_node=node_id, lease_until=None, attempts=(), log_persistence=None, resolved_by=None,
         resolution_reason=None, created_at=0, updated_at=0)
+
+
+def queued_request(execution: Execution, token: str) -> ClaimRequest:
+    """The claim of a queued row, as if this node had journaled it."""
+    return ClaimRequest(occurrence_id=execution.occurrence_id, task_id=execution.task_id,
+                        task_revision=execution.task_revision, trigger=execution.trigger,
+                        max_attempts=execution.max_attempts, token=token, source=execution.source,
+                        idempotency_key=execution.idempotency_key, scheduled_minute=execution.scheduled_minute)
 
 
 def _closed(attempt: Attempt) -> Attempt:

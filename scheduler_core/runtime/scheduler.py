@@ -41,6 +41,7 @@ from scheduler_core.store import (
     NodeRepository,
     TaskRepository,
 )
+from scheduler_core.store.handoff import Missed
 from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
 TRIGGER_POLL_S = 0.2
@@ -328,6 +329,9 @@ class Scheduler:
                                trigger=Trigger.MANUAL, max_attempts=task.max_attempts, token=str(uuid.uuid4()),
                                source=source, idempotency_key=key)
         ctx.clock.observe(ctx.tasks.tick_snapshot().now_ms)  # before the claim: nothing may fail after it
+        if not ctx.can_run(task):
+            self._hand_off(ctx, task, request)
+            return occurrence_id, None
         (result,) = ctx.executions.claim([request])
         if result.outcome != "claimed":
             return occurrence_id, None
@@ -335,6 +339,15 @@ class Scheduler:
                                        reread=True))
         ctx.register_runner(runner)  # before it runs: close() waits for it from now on
         return occurrence_id, runner
+
+    @staticmethod
+    def _hand_off(ctx: RuntimeContext, task: TaskDefinition, request: ClaimRequest) -> None:
+        """A manual occurrence this node cannot run: queued for a live node that can (it runs it
+        at its next tick), or -- when no such node is alive -- journaled ``missed`` at once."""
+        if ctx.capable_node_alive(task):
+            ctx.handoff.enqueue(request)
+        else:
+            ctx.handoff.journal_missed([Missed(request, "no_capable_node")])
 
     def _wait_for_record(self, occurrence_id: str) -> ExecutionLog:
         """Somebody journaled this occurrence (a repeat key, or slot busy): report its outcome."""

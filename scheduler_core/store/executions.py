@@ -238,7 +238,7 @@ class ExecutionRepository:
             else:  # MySQL: the rows read first were committed; these were inserted just now
                 tokens = {oid: token for oid, (token, _, _) in self._journaled(conn, fresh).items()}
                 won = [r for r in fresh if tokens.get(r.occurrence_id) == r.token]
-        seated = self._take_slots(conn, won)
+        seated = self.take_slots(conn, won)
         skipped = [r.occurrence_id for r in won if r.occurrence_id not in seated]
         if skipped:
             conn.execute(update(executions).where(executions.c.occurrence_id.in_(skipped))
@@ -299,7 +299,7 @@ class ExecutionRepository:
             "created_at": now, "updated_at": now,
         }
 
-    def _take_slots(self, conn: Connection, won: list[ClaimRequest]) -> set[str]:
+    def take_slots(self, conn: Connection, won: list[ClaimRequest]) -> set[str]:
         """Take the free slots for the first won occurrence of each task; returns the
         occurrence ids now seated in their task's slot.
 

@@ -23,7 +23,8 @@ from scheduler_core.errors import (
     SchedulerError,
     TaskAlreadyExistsError,
 )
-from scheduler_core.model import RetryPolicy, TaskDefinition, validate_task
+from scheduler_core.model import CatchupPolicy, Pause, RetryPolicy, TaskDefinition, validate_task
+from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore
 from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
 
@@ -36,6 +37,7 @@ class TickSnapshot:
     now_ms: int  # database clock
     tasks_version: int  # bumped by every task change
     earliest_lease_until: int | None = None  # of running executions (asked with leases=True)
+    latest_queued: int | None = None  # created_at of the newest queued execution (asked with leases=True)
 
     @property
     def leases_expired(self) -> bool:
@@ -57,19 +59,29 @@ def task_from_row(row: Row[Any] | Mapping[str, Any]) -> TaskDefinition:
             timezone=data["timezone"], enabled=bool(data["enabled"]),
             delete_after_run=bool(data["delete_after_run"]), idempotent=bool(data["idempotent"]),
             retry=RetryPolicy.parse(data["retry"]), handler=handler, params=params,
+            node_group=data["node_group"], catchup=CatchupPolicy.parse(data["catchup"]),
             revision=to_ms(data["revision"], "revision"), created_at=to_ms(data["created_at"], "created_at"),
-            updated_at=to_ms(data["updated_at"], "updated_at")))
+            updated_at=to_ms(data["updated_at"], "updated_at"), paused=_pause_from(data)))
     except (SchedulerError, ValueError, TypeError, KeyError) as exc:
         raise InvalidStoredValueError(f"stored task {data.get('id')!r} is unreadable: {exc}",
                                       task_id=data.get("id")) from exc
 
 
+def _pause_from(data: Any) -> Pause | None:
+    if data["paused_at"] is None:
+        return None
+    return Pause(to_ms(data["paused_at"], "paused_at"), optional_ms(data["paused_until"], "paused_until"),
+                 data["paused_by"], data["paused_reason"])
+
+
 def _columns(task: TaskDefinition) -> dict[str, Any]:
+    """The declared columns (a pause is not declared: pause / resume change it)."""
     return {
         "name": task.name, "cron": task.cron, "description": task.description, "timezone": task.timezone,
         "enabled": task.enabled, "delete_after_run": task.delete_after_run, "idempotent": task.idempotent,
         "retry": task.retry.to_json() if task.retry else None, "handler": dict(task.handler) if task.handler else None,
-        "params": dict(task.params) if task.params is not None else None,
+        "params": dict(task.params) if task.params is not None else None, "node_group": task.node_group,
+        "catchup": task.catchup.to_json() if task.catchup else None,
     }
 
 
@@ -105,15 +117,18 @@ class TaskRepository:
         heartbeat's UPDATE ... RETURNING)."""
         version = select(scheduler_meta.c.value).where(scheduler_meta.c.name == TASKS_VERSION).scalar_subquery()
         columns: list[Any] = [db_now_ms(), version]
-        if leases:
+        if leases:  # index probes on (status, lease_until) and (status, created_at, ...)
             columns.append(select(func.min(executions.c.lease_until))
-                           .where(executions.c.status == "running").scalar_subquery())
+                           .where(executions.c.status == ExecutionStatus.RUNNING).scalar_subquery())
+            columns.append(select(func.max(executions.c.created_at))
+                           .where(executions.c.status == ExecutionStatus.QUEUED).scalar_subquery())
         return columns
 
     @staticmethod
     def snapshot_from(row: Sequence[Any]) -> TickSnapshot:
         earliest = optional_ms(row[2], "lease_until") if len(row) > 2 else None
-        return TickSnapshot(to_ms(row[0], "db_now_ms"), to_ms(row[1] or 0, TASKS_VERSION), earliest)
+        queued = optional_ms(row[3], "created_at") if len(row) > 3 else None
+        return TickSnapshot(to_ms(row[0], "db_now_ms"), to_ms(row[1] or 0, TASKS_VERSION), earliest, queued)
 
     def load_all(self) -> tuple[int, list[TaskDefinition]]:
         """Every stored task and the tasks version they correspond to (one snapshot).

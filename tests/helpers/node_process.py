@@ -3,7 +3,10 @@
 Usage: node_process.py URL NODE_ID EFFECTS_FILE [options as JSON]
 
 Options: {"lease_ms": 3000, "tick_interval_ms": 200, "sleep_s": {"task-id": seconds},
-          "trigger": {"task": "id", "key": "k", "go_file": "path"}, "block_forever": false}
+          "trigger": {"task": "id", "key": "k", "go_file": "path"}, "block_forever": false,
+          "hooks": true, "groups": ["billing"]}
+
+``"hooks": false`` makes a node without the application's hooks (as a dashboard worker is).
 
 The hook appends one line per call to EFFECTS_FILE ("effect <occurrence> <node> <sequence>
 <attempt>"): the handler's own record of side effects, which the tests compare with the
@@ -53,10 +56,13 @@ def main() -> None:
     concurrency = options.get("max_concurrency", 6)
     engine = create_engine({"url": url, "pool_size": concurrency + 4})
     set_clock_offset_from_env(engine)
+    hooks = {"on_task_execute": execute} if options.get("hooks", True) else None
     scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, lease_ms=options.get("lease_ms", 3000),
                                                   tick_interval_ms=options.get("tick_interval_ms", 200),
-                                                  max_concurrency=concurrency),
-                          hooks={"on_task_execute": execute})
+                                                  max_concurrency=concurrency,
+                                                  max_queued=options.get("max_queued", 1_000),
+                                                  groups=tuple(options.get("groups", ()))),
+                          hooks=hooks)
     scheduler.init()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

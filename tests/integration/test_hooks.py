@@ -47,8 +47,8 @@ def test_events_carry_the_context_in_order(make_node: Any, engine: Engine) -> No
 def test_set_and_clear_hooks_at_runtime(make_node: Any) -> None:
     node = make_node()
     node.register(TaskDefinition(id="job", name="Job", cron="0 2 * * *"))
-    assert node.trigger("job").status == "interrupted"  # no handler yet
+    assert node.trigger("job").status == "missed"  # no handler yet: no node can run it
     node.set_hooks({"on_task_execute": lambda e: "now handled"})
     assert node.trigger("job").result == "now handled"
     node.clear_hooks()
-    assert node.trigger("job").status == "interrupted"
+    assert node.trigger("job").status == "missed"

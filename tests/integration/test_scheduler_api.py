@@ -197,11 +197,16 @@ def test_handler_outcomes(make_node: MakeScheduler, behaviour: str, status: str)
     assert scheduler.execution.get(log.occurrence_id).status == status
 
 
-def test_missing_hook_is_interrupted(make_node: MakeScheduler) -> None:
+def test_a_hook_task_no_live_node_can_run_is_missed(make_node: MakeScheduler) -> None:
+    """Triggered on a node without hooks, with no live node that has them: journaled ``missed``
+    (``no_capable_node``) at once, the slot untouched -- never run on a node that cannot."""
     scheduler = make_node()
     scheduler.register(_task())
     log = scheduler.trigger("report")
-    assert log.status == "interrupted" and "missing handler" in (log.error or "")
+    assert (log.status, log.error) == ("missed", "no_capable_node")
+    execution = scheduler.execution.get(log.occurrence_id)
+    assert (execution.status, execution.reason, execution.owner_node, execution.attempts) == (
+        "missed", "no_capable_node", None, ())
 
 
 def test_idempotent_task_retries_with_backoff_within_budget(make_node: MakeScheduler) -> None:

@@ -10,92 +10,24 @@ by every process) the nodes differ in TZ only.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.cron import cron_occurrence_id
-from scheduler_core.db import close_engine, create_engine, db_now_ms
-from scheduler_core.db.tables import executions
+from scheduler_core.db import close_engine, create_engine
 from tests.conftest import TestDatabase
 from tests.helpers.journal import wait_for_status
-from tests.helpers.processes import HELPERS, faketime_env
+from tests.helpers.node_cluster import db_now, effects_of, journal, spawn_node, stop_nodes, wait_ready
 
 pytestmark = pytest.mark.slow
 TASKS = 200
-NODE_SETUPS = [("+2h", "Asia/Tokyo"), ("-2h", "America/New_York")]
-
-
-def _db_now(engine: Engine) -> int:
-    with engine.connect() as conn:
-        value = int(conn.execute(select(db_now_ms())).scalar_one())
-        conn.rollback()
-    return value
-
-
-def _spawn(database: TestDatabase, node_id: str, effects: Path, index: int, env: dict[str, str],
-           options: dict[str, Any], skew: bool = False) -> subprocess.Popen[str]:
-    shift, zone = NODE_SETUPS[index % 2]
-    command = [sys.executable, str(HELPERS / "node_process.py"), database.url, node_id, str(effects),
-               json.dumps(options)]
-    skewed = faketime_env(shift) if skew else {}
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env, **skewed, "TZ": zone})
-
-
-def _effects(path: Path) -> list[list[str]]:
-    if not path.exists():
-        return []
-    return [line.split() for line in path.read_text().splitlines() if line.strip()]
-
-
-def _wait_ready(path: Path, count: int, procs: list[subprocess.Popen[str]], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while sum(1 for e in _effects(path) if e[0] == "ready") < count:
-        for proc in procs:
-            if proc.poll() is not None:
-                raise AssertionError(f"node exited early: {proc.communicate()[1][-3000:]}")
-        assert time.monotonic() < deadline, "nodes did not become ready"
-        time.sleep(0.05)
-
-
-def _stop(procs: list[subprocess.Popen[str]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    failures = []
-    for proc in procs:
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-            failures.append(f"node did not stop on SIGTERM: {err[:4000]} ... {err[-1500:]}")
-            continue
-        if proc.returncode != 0:
-            failures.append(f"node exited with {proc.returncode}: {err[-3000:]}")
-    assert not failures, "\n".join(failures)
-
-
-def _journal(engine: Engine, **where: Any) -> list[Any]:
-    query = select(executions)
-    for name, value in where.items():
-        query = query.where(executions.c[name] == value)
-    with engine.connect() as conn:
-        rows = list(conn.execute(query))
-        conn.rollback()
-    return rows
 
 
 def test_two_nodes_run_a_burst_of_occurrences_exactly_once(database: TestDatabase, engine: Engine,
@@ -115,7 +47,7 @@ def test_skewed_node_clocks_agree_on_occurrences_and_leases(server_database: Tes
 
 def _run_burst(database: TestDatabase, engine: Engine, tmp_path: Path, count: int, skew: bool) -> None:
     # Bring the next minute boundary to ~6 s from now through the test offset on the DB clock.
-    now = _db_now(engine)
+    now = db_now(engine)
     lead = (60_000 - now % 60_000) - 6_000
     offset = lead if lead > 0 else lead + 60_000
     boundary = now + offset + 6_000
@@ -136,24 +68,24 @@ def _run_burst(database: TestDatabase, engine: Engine, tmp_path: Path, count: in
     options = {"lease_ms": 5000, "sleep_s": {"long": 12, "manual": 1}, "max_concurrency": 8,
                "trigger": {"task": "manual", "key": "same-key", "go_file": str(go)}}
     env = {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
-    procs = [_spawn(database, f"node-{i}", effects, i, env, options, skew) for i in range(2)]
+    procs = [spawn_node(database, f"node-{i}", effects, i, env, options, skew) for i in range(2)]
     try:
-        _wait_ready(effects, 2, procs)
+        wait_ready(effects, 2, procs)
         go.touch()  # both nodes trigger the same key at once
         deadline = time.monotonic() + 90
         while True:
-            rows = _journal(engine, scheduled_minute=boundary)
+            rows = journal(engine, scheduled_minute=boundary)
             if len(rows) >= count + 1 and all(r.status != "running" for r in rows):
                 break
             assert time.monotonic() < deadline, f"{len(rows)} journaled, statuses {Counter(r.status for r in rows)}"
             time.sleep(0.2)
-        while sum(1 for e in _effects(effects) if e[0] == "triggered") < 2:
+        while sum(1 for e in effects_of(effects) if e[0] == "triggered") < 2:
             assert time.monotonic() < deadline
             time.sleep(0.1)
     finally:
-        _stop(procs)
+        stop_nodes(procs)
 
-    rows = _journal(engine, scheduled_minute=boundary)
+    rows = journal(engine, scheduled_minute=boundary)
     by_task = Counter(r.task_id for r in rows)
     assert set(by_task) == {f"burst-{i:03d}" for i in range(count)} | {"long"}
     assert set(by_task.values()) == {1}, "a task has more than one journal row for the minute"
@@ -162,15 +94,15 @@ def _run_burst(database: TestDatabase, engine: Engine, tmp_path: Path, count: in
     long_row = next(r for r in rows if r.task_id == "long")
     assert long_row.sequence == 1, "the long task was taken over although its owner renewed the lease"
 
-    effect_lines = [e for e in _effects(effects) if e[0] == "effect"]
+    effect_lines = [e for e in effects_of(effects) if e[0] == "effect"]
     effects_by_occurrence = Counter(e[1] for e in effect_lines)
-    journaled = {r.occurrence_id for r in _journal(engine)}
+    journaled = {r.occurrence_id for r in journal(engine)}
     assert set(effects_by_occurrence) <= journaled, "a side effect without a journal row"
     assert max(effects_by_occurrence.values()) == 1, "a side effect happened twice"
-    triggered = [e for e in _effects(effects) if e[0] == "triggered"]
+    triggered = [e for e in effects_of(effects) if e[0] == "triggered"]
     assert len({(e[2], e[3]) for e in triggered}) == 1, triggered  # same occurrence and log for both callers
     assert effects_by_occurrence[triggered[0][2]] == 1
-    assert len(_journal(engine, task_id="manual")) == 1
+    assert len(journal(engine, task_id="manual")) == 1
 
 
 def _start_victim(database: TestDatabase, tmp_path: Path, idempotent: bool) -> tuple[subprocess.Popen[str], Path]:
@@ -185,9 +117,9 @@ def _start_victim(database: TestDatabase, tmp_path: Path, idempotent: bool) -> t
     go.touch()
     options = {"lease_ms": 2000, "block_forever": True, "start": False,
                "trigger": {"task": "victim", "go_file": str(go)}}
-    proc = _spawn(database, "victim-node", effects, 0, {}, options)
+    proc = spawn_node(database, "victim-node", effects, 0, {}, options)
     deadline = time.monotonic() + 60
-    while not any(e[0] == "effect" for e in _effects(effects)):
+    while not any(e[0] == "effect" for e in effects_of(effects)):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -201,7 +133,7 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 
 def test_sigkill_idempotent_task_is_taken_over(database: TestDatabase, engine: Engine, tmp_path: Path) -> None:
     proc, effects = _start_victim(database, tmp_path, idempotent=True)
-    occurrence = next(e for e in _effects(effects) if e[0] == "effect")[1]
+    occurrence = next(e for e in effects_of(effects) if e[0] == "effect")[1]
     _kill(proc)
     survivor = Scheduler(engine, SchedulerConfig(node_id="survivor", lease_ms=2000, tick_interval_ms=200),
                          hooks={"on_task_execute": lambda e: "recovered"})
@@ -218,7 +150,7 @@ def test_sigkill_idempotent_task_is_taken_over(database: TestDatabase, engine: E
 def test_sigkill_non_idempotent_task_becomes_unknown_until_resolved(database: TestDatabase, engine: Engine,
                                                                     tmp_path: Path) -> None:
     proc, effects = _start_victim(database, tmp_path, idempotent=False)
-    occurrence = next(e for e in _effects(effects) if e[0] == "effect")[1]
+    occurrence = next(e for e in effects_of(effects) if e[0] == "effect")[1]
     _kill(proc)
     calls: list[str] = []
     survivor = Scheduler(engine, SchedulerConfig(node_id="survivor", lease_ms=2000, tick_interval_ms=200),

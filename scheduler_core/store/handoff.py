@@ -1,0 +1,144 @@
+"""Journal rows no node owns: ``queued`` occurrences waiting for a node able to run them, and
+``missed`` ones that no node ran (docs/semantics.md, "Routing and misses")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from scheduler_core.db.clock import db_now_ms
+from scheduler_core.db.engine import dialect_kind
+from scheduler_core.db.tables import executions
+from scheduler_core.model import Execution
+from scheduler_core.statuses import ExecutionStatus, Trigger
+from scheduler_core.store.dialect import insert_ignore_many
+from scheduler_core.store.executions import ClaimRequest, ClaimResult, ExecutionRepository, execution_from_row
+from scheduler_core.store.transactions import one_row, read, write
+
+QUEUED = ExecutionStatus.QUEUED
+
+
+@dataclass(frozen=True)
+class Missed:
+    """An occurrence no node ran; with ``until`` and ``count``, a summary of several minutes."""
+
+    request: ClaimRequest  # its identity: occurrence id, task, revision, trigger, scheduled minute
+    reason: str  # no_node_running | no_capable_node | ...
+    until: int | None = None  # a summary row: the last minute it stands for
+    count: int | None = None  # a summary row: how many minutes it stands for
+
+
+class HandoffRepository:
+    """Writes of journal rows without an owner. ``executions`` lends its slot statements."""
+
+    def __init__(self, executions_repo: ExecutionRepository) -> None:
+        self.engine = executions_repo.engine
+        self._executions = executions_repo
+
+    # --- queued -------------------------------------------------------------------------
+
+    def enqueue(self, request: ClaimRequest) -> None:
+        """Journal an occurrence as ``queued``: unowned, no slot, for a node able to run it (an
+        occurrence id journaled already, a repeated idempotency key, is left as it is)."""
+        self._insert([{**self._identity(request), "status": QUEUED, "reason": None, "missed_until": None,
+                       "missed_count": None}])
+
+    def queued(self, limit: int) -> list[Execution]:
+        """The oldest queued rows, by (created_at, occurrence_id) on the status index."""
+        query = (select(executions).where(executions.c.status == QUEUED)
+                 .order_by(executions.c.created_at, executions.c.occurrence_id).limit(limit))
+        return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
+
+    def claim_queued(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Own queued rows and take their tasks' slots, in one transaction.
+
+        Each row still ``queued`` becomes ``running`` under this node's token and lease; one that
+        is not any more (another node took it) is ``exists``. Whose slot is busy: a manual
+        trigger is ``skipped`` (``slot_busy``), as its claim on the triggering node would have
+        been; a catch-up run stays queued (it waits for the slot, in order).
+        """
+        ordered = sorted(requests, key=lambda r: r.occurrence_id)
+        return write(self.engine, lambda conn: self._claim_queued(conn, ordered)) if ordered else []
+
+    def _claim_queued(self, conn: Connection, requests: list[ClaimRequest]) -> list[ClaimResult]:
+        won = [r for r in requests if self._own(conn, r)]
+        seated = self._executions.take_slots(conn, won)
+        outcomes = {}
+        for r in won:
+            if r.occurrence_id in seated:
+                outcomes[r.occurrence_id] = "claimed"
+            elif r.trigger == Trigger.CATCHUP:
+                self._requeue(conn, r.occurrence_id)
+                outcomes[r.occurrence_id] = "waiting"
+            else:
+                conn.execute(update(executions).where(executions.c.occurrence_id == r.occurrence_id).values(
+                    status=ExecutionStatus.SKIPPED, reason="slot_busy", lease_until=None, updated_at=db_now_ms()))
+                outcomes[r.occurrence_id] = "skipped"
+        return [ClaimResult(r.occurrence_id, outcomes.get(r.occurrence_id, "exists")) for r in requests]
+
+    def _own(self, conn: Connection, r: ClaimRequest) -> bool:
+        now = db_now_ms()
+        return one_row(conn.execute(update(executions).where(
+            executions.c.occurrence_id == r.occurrence_id, executions.c.status == QUEUED,
+        ).values(status=ExecutionStatus.RUNNING, execution_token=r.token, owner_node=self._executions.node_id,
+                 lease_until=now + self._executions.lease_ms, updated_at=now)))
+
+    @staticmethod
+    def _requeue(conn: Connection, occurrence_id: str) -> None:
+        conn.execute(update(executions).where(executions.c.occurrence_id == occurrence_id).values(
+            status=QUEUED, execution_token=None, owner_node=None, lease_until=None))
+
+    def settle_queued(self, occurrence_id: str, status: ExecutionStatus, reason: str) -> bool:
+        """End a queued row that no node will run (``missed`` / ``no_capable_node``, or
+        ``interrupted`` / ``deleted``); False when it is not queued any more."""
+        return write(self.engine, lambda conn: one_row(conn.execute(update(executions).where(
+            executions.c.occurrence_id == occurrence_id, executions.c.status == QUEUED,
+        ).values(status=status, reason=reason, updated_at=db_now_ms()))))
+
+    # --- missed -------------------------------------------------------------------------
+
+    def journal_missed(self, missed: Sequence[Missed]) -> set[str]:
+        """Journal occurrences as ``missed`` (terminal, no slot). An occurrence id journaled
+        already is left as it is, so a late or repeated scan never journals a minute twice.
+        Returns the ids this call inserted (all of them on MySQL, which cannot tell)."""
+        rows = [{**self._identity(m.request), "status": ExecutionStatus.MISSED, "reason": m.reason,
+                 "missed_until": m.until, "missed_count": m.count} for m in missed]
+        return set(self._insert(rows)) if rows else set()
+
+    # --- shared -------------------------------------------------------------------------
+
+    @staticmethod
+    def _identity(r: ClaimRequest) -> dict[str, Any]:
+        return {"occurrence_id": r.occurrence_id, "task_id": r.task_id, "task_revision": r.task_revision,
+                "trigger": r.trigger, "source": r.source, "idempotency_key": r.idempotency_key,
+                "scheduled_minute": r.scheduled_minute, "max_attempts": r.max_attempts}
+
+    def _insert(self, rows: list[dict[str, Any]]) -> dict[str, None]:
+        """Insert-or-ignore unowned rows; the ids inserted (MySQL: every id, as it cannot tell)."""
+
+        def work(conn: Connection) -> dict[str, None]:
+            now = db_now_ms()
+            common: dict[str, Any] = {
+                "sequence": 1, "attempt": 0, "execution_token": None, "owner_node": None, "lease_until": None,
+                "next_attempt_at": None, "attempts": [], "log_persistence": None, "resolved_by": None,
+                "resolution_reason": None, "created_at": now, "updated_at": now}
+            inserted = insert_ignore_many(conn, executions, rows, common)
+            if inserted is None or dialect_kind(conn) == "mysql":
+                return dict.fromkeys(self._inserted_mysql(conn, rows))
+            return dict.fromkeys(str(i) for i in inserted)
+
+        return write(self.engine, work)
+
+    @staticmethod
+    def _inserted_mysql(conn: Connection, rows: list[dict[str, Any]]) -> list[str]:
+        """MySQL cannot say which rows an insert-or-ignore inserted: those whose status and
+        reason are what was written (an older row of another kind differs)."""
+        ids = [r["occurrence_id"] for r in rows]
+        found = {row[0]: (row[1], row[2]) for row in conn.execute(
+            select(executions.c.occurrence_id, executions.c.status, executions.c.reason)
+            .where(executions.c.occurrence_id.in_(ids)))}
+        return [r["occurrence_id"] for r in rows if found.get(r["occurrence_id"]) == (r["status"], r["reason"])]
