@@ -26,7 +26,7 @@ class SchedulerConfig:
     tick_interval_ms: int = 1_000  # how often the node refreshes, scans and claims; 100..60000
     lease_ms: int = 300_000  # ownership lease, renewed about every lease/3; 1000..86400000
     max_concurrency: int = 6  # handlers running at once; 1..1000 (needs a pool of max_concurrency + 4)
-    max_queued: int = 1_000  # claimed executions waiting for a worker; 0..100000
+    max_queued: int = 2  # prefetch: claimed executions that may wait for a free thread; 0..100000
     max_logs: int | None = None  # retention: keep at most this many log rows; None = unlimited
     retention_days: int | None = None  # retention: drop log rows older than this; None = forever
     heartbeat_interval_ms: int = 10_000  # node row refresh for the dashboard; 1000..3600000

@@ -1,6 +1,7 @@
 """The node: tick loop, claims, expiry scan, dispatch to a bounded pool, heartbeat.
 
-APScheduler is only the local tick source; what one tick does: docs/architecture.md (4)."""
+The loop wakes at the next due minute on the DB clock (or after ``tick_interval_ms``), and at
+once when a thread frees while claimed-for work waits; what one tick does: docs/architecture.md (4)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
 from sqlalchemy.engine import Connection
 
 from scheduler_core.cron import cron_occurrence_id
@@ -30,6 +30,7 @@ from scheduler_core.store.transactions import AutocommitLine, read
 
 logger = logging.getLogger("scheduler_core.node")
 CLAIM_BATCH = 200
+BOUNDARY_MARGIN_MS = 2  # wake this much after a minute begins (DB clock), so that it has begun
 RETENTION_EVERY_S = 600
 
 
@@ -41,7 +42,9 @@ class Node:
         self.refresh = refresh  # (known version or None) -> current definitions
         self.planner = Planner()
         self.pool: ThreadPoolExecutor | None = None
-        self.ticker: BackgroundScheduler | None = None
+        self._loop: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._room = threading.Event()  # a thread freed up while occurrences wait in the backlog
         self._tasks_version: int | None = None
         self._last_heartbeat = 0.0
         self._last_retention = time.monotonic()
@@ -66,20 +69,58 @@ class Node:
         config = self.ctx.config
         self.pool = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="hai-run")
         self.accepting = True
-        self.ticker = BackgroundScheduler(daemon=True)
-        self.ticker.add_job(self.tick, "interval", seconds=config.tick_interval_ms / 1000, max_instances=1,
-                            coalesce=True, id="hai-tick")
-        self.ticker.add_job(self.tick, id="hai-first-tick")  # once, right away
-        self.ticker.start()
+        self._stopping.clear()
+        self._loop = threading.Thread(target=self._run, name=f"hai-tick-{self.ctx.node_id[:24]}", daemon=True)
+        self._loop.start()
 
     def stop(self) -> None:
         """Stop intake (no more ticks or claims); running executions go on."""
         self.accepting = False
-        if self.ticker is not None:
-            self.ticker.shutdown(wait=True)
-            self.ticker = None
+        self._stopping.set()
+        self._room.set()  # wakes the loop now
+        if self._loop is not None and self._loop is not threading.current_thread():
+            self._loop.join()
+        self._loop = None
         with self._tick_lock:  # a tick in progress finishes its dispatch first
             self._tick_line.close()
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        """Tick, then wait: until the next due minute (DB clock) or ``tick_interval_ms``, whichever
+        comes first; meanwhile claim at once whenever a thread frees and the backlog waits."""
+        while not self._stopping.is_set():
+            self.tick()
+            deadline = time.monotonic() + self._wait_s()
+            while not self._stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if self._room.wait(remaining):
+                    self._room.clear()
+                    self._claim_freed()
+
+    def _wait_s(self) -> float:
+        """Until the next tick: the tick interval, or less when a minute with due occurrences
+        begins sooner on the DB clock (estimated from the last snapshot; a tick that comes too
+        early sees that minute not yet due and waits again, the rest of the way)."""
+        interval = self.ctx.config.tick_interval_ms / 1000
+        fire = self.planner.next_fire()
+        if fire is None:
+            return interval
+        until = (fire - self.ctx.clock.now_ms() + BOUNDARY_MARGIN_MS) / 1000
+        return max(0.0, min(interval, until))
+
+    def _claim_freed(self) -> None:
+        """A thread freed while occurrences wait: claim for it now, not at the next tick."""
+        if not self.accepting:
+            return
+        with self._tick_lock:
+            try:
+                self._claim_backlog()
+            except Exception:
+                logger.warning("claim for a freed thread failed on node %s; the next tick retries",
+                               self.ctx.node_id, exc_info=True)
 
     def shutdown_pool(self) -> None:
         """Wait for the pool's runners to end -- their terminal commits decided, too."""
@@ -251,6 +292,8 @@ class Node:
     def _forget_pooled(self, runner: Runner) -> None:
         with self._pooled_lock:
             self._pooled.discard(runner)
+        if self.planner.backlog:
+            self._room.set()
 
     # --- expired leases -------------------------------------------------------------------
 

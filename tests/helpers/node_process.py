@@ -60,7 +60,7 @@ def main() -> None:
     scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, lease_ms=options.get("lease_ms", 3000),
                                                   tick_interval_ms=options.get("tick_interval_ms", 200),
                                                   max_concurrency=concurrency,
-                                                  max_queued=options.get("max_queued", 1_000),
+                                                  max_queued=options.get("max_queued", SchedulerConfig.max_queued),
                                                   groups=tuple(options.get("groups", ()))),
                           hooks=hooks)
     scheduler.init()
