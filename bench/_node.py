@@ -2,7 +2,7 @@
 
 Usage: _node.py '<options as JSON>'
 
-Options: url, node_id, concurrency (8), tick_ms (1000), max_queued (5000), warmup_ticks (0),
+Options: url, node_id, concurrency (8), tick_ms (1000), max_queued (the product's default), warmup_ticks (0),
 reach (a Reach configuration, optional) and reach_mode: "tick" (delivery rounds on the
 scheduler's tick, as in production: one round a minute) or "loop" (no scheduler; rounds back
 to back through ``Reach.run_round``, to measure delivery capacity).
@@ -110,7 +110,7 @@ class Node:
         if options.get("reach_mode") != "loop":
             config = SchedulerConfig(node_id=options["node_id"], max_concurrency=concurrency,
                                      tick_interval_ms=int(options.get("tick_ms", 1000)),
-                                     max_queued=int(options.get("max_queued", 5_000)))
+                                     max_queued=int(options.get("max_queued", SchedulerConfig.max_queued)))
             self.scheduler = Scheduler(self.engine, config, hooks={"on_task_execute": self._execute})
             self.scheduler.init()
             self.scheduler.add_tick_listener(self._on_tick)

@@ -31,6 +31,7 @@ class SchedulerConfig:
     retention_days: int | None = None  # retention: drop log rows older than this; None = forever
     heartbeat_interval_ms: int = 10_000  # node row refresh for the dashboard; 1000..3600000
     auto_migrate: bool = True  # init() applies pending schema migrations (under a DB lock)
+    missed_lookback_ms: int = 86_400_000  # a gap in the cluster's ticks is journaled this far back; 60000..604800000
     groups: tuple[str, ...] = ()  # node groups this node serves: it runs tasks of these groups and ungrouped ones
 
     def __post_init__(self) -> None:
@@ -43,6 +44,7 @@ class SchedulerConfig:
         check_optional_int(self.retention_days, "retention_days", 1, 36_500)
         check_int(self.heartbeat_interval_ms, "heartbeat_interval_ms", 1_000, 3_600_000)
         check_bool(self.auto_migrate, "auto_migrate")
+        check_int(self.missed_lookback_ms, "missed_lookback_ms", 60_000, 7 * 86_400_000)
         if isinstance(self.groups, str) or not isinstance(self.groups, tuple | list):
             raise ConfigError("groups", "must be a list of group names")
         if len(self.groups) > MAX_GROUPS:

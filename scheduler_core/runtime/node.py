@@ -22,7 +22,8 @@ from sqlalchemy.engine import Connection
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.model import Attempt, Execution, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
-from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem
+from scheduler_core.runtime.misses import MINUTE_MS, CapabilityWatch, plan_gap
+from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem, minute_of
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
@@ -30,6 +31,9 @@ from scheduler_core.store.transactions import AutocommitLine, read
 
 logger = logging.getLogger("scheduler_core.node")
 CLAIM_BATCH = 200
+PREFETCH_HORIZON_S = 0.5  # claim what the threads start within this, at their recent pace
+MAX_PREFETCH = 1_000
+PACE_WEIGHT = 0.1  # of the newest run in the moving average
 BOUNDARY_MARGIN_MS = 2  # wake this much after a minute begins (DB clock), so that it has begun
 RETENTION_EVERY_S = 600
 
@@ -61,6 +65,9 @@ class Node:
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
         self._queued_seen: int | None = None  # newest queued row when a scan found none this node runs
         self._declined_lease: int | None = None  # earliest expired lease when every expired row was left
+        self._planned_minute = 0  # the last minute this node advanced the cluster's watermark to
+        self._watch = CapabilityWatch(grace_s=ctx.config.tick_interval_ms / 1000)
+        self._run_seconds = 0.0  # moving average of how long a run holds a pool thread (0: none yet)
         self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
 
     # --- lifecycle --------------------------------------------------------------------
@@ -158,13 +165,18 @@ class Node:
             self._recover_expired(snapshot.earliest_lease_until)
         if snapshot.latest_queued is not None and snapshot.latest_queued != self._queued_seen:
             self._claim_queued(snapshot)
-        due = [d for d in self.planner.due(snapshot.now_ms) if self._runnable(d.task_id)]
+        due = self.planner.due(snapshot.now_ms)
+        self._watch.add(d for d in due if not self._runnable(d.task_id))
+        due = [d for d in due if self._runnable(d.task_id)]
+        self._close_gap(snapshot)
         random.shuffle(due)  # see the module docstring: nodes spread over a burst
         self.planner.backlog.extend(due)
         try:
             self._claim_backlog()
         finally:
             self.planner.replan()
+        if self._watch:
+            self._settle_watched()
         self._housekeeping()
         for listener in list(self.listeners):
             try:
@@ -190,8 +202,17 @@ class Node:
         return task is not None and self.ctx.can_run(task)
 
     def _free_capacity(self) -> int:
+        """How many more executions this node claims: its threads plus a prefetch, minus what it
+        runs. The prefetch is what its threads start within ``PREFETCH_HORIZON_S`` at the pace
+        they have been running (at least ``max_queued``): short handlers are claimed in large
+        batches, long ones barely beyond the free threads, so that no claimed work waits long
+        for a thread here while another node could start it."""
         config = self.ctx.config
-        return max(0, config.max_concurrency + config.max_queued - len(self.ctx.runners()))
+        prefetch = config.max_queued
+        if self._run_seconds:
+            pace = config.max_concurrency * PREFETCH_HORIZON_S / self._run_seconds
+            prefetch = max(prefetch, min(MAX_PREFETCH, int(pace)))
+        return max(0, config.max_concurrency + prefetch - len(self.ctx.runners()))
 
     def _claim_backlog(self) -> None:
         backlog = self.planner.backlog
@@ -253,6 +274,38 @@ class Node:
             return {task_id: task for task_id, task in known.items() if task is not None}
         return self.ctx.tasks.get_many(conn, task_ids)
 
+    # --- misses ---------------------------------------------------------------------------
+
+    def _close_gap(self, snapshot: TickSnapshot) -> None:
+        """Once a minute: journal the minutes no node planned since the cluster's watermark (the
+        whole cluster was down), then move the watermark to this minute."""
+        current = minute_of(snapshot.now_ms)
+        if current <= self._planned_minute:
+            return
+        through = snapshot.ticked_through
+        if through and through < current - MINUTE_MS:
+            plan = plan_gap(self.planner.tasks(), through + MINUTE_MS, current - MINUTE_MS, snapshot.now_ms,
+                            self.ctx.config.missed_lookback_ms)
+            self.ctx.handoff.journal_missed(plan.missed)
+            self.ctx.handoff.enqueue(plan.catchup)
+            logger.warning("node %s: no node planned %s minute(s) before this one; journaled %d missed, queued %d "
+                           "catch-up run(s)", self.ctx.node_id, (current - through) // MINUTE_MS - 1,
+                           len(plan.missed), len(plan.catchup))
+        if through < current:
+            self.ctx.tasks.advance_watermark(current)
+        self._planned_minute = current
+
+    def _settle_watched(self) -> None:
+        """Occurrences this node cannot run: journaled ``missed`` once no live node can run them."""
+        _, alive = self.ctx.nodes.alive(3 * self.ctx.config.heartbeat_interval_ms)
+
+        def capable(task: TaskDefinition) -> bool:
+            return any(node.can_run(task.handler_kind, task.node_group) for node in alive)
+
+        missed = self._watch.settle(self.ctx.executions.journaled, self.planner.task, capable)
+        if missed:
+            self.ctx.handoff.journal_missed(missed)
+
     # --- queued occurrences: journaled by a node that cannot run them ---------------------
 
     def _claim_queued(self, snapshot: TickSnapshot) -> None:
@@ -287,7 +340,17 @@ class Node:
         with self._pooled_lock:
             self._pooled.add(runner)
         runner.done.add_done_callback(lambda _: self._forget_pooled(runner))
-        self.pool.submit(runner.start)
+        self.pool.submit(self._timed, runner)
+
+    def _timed(self, runner: Runner) -> None:
+        """Run on a pool thread, measuring how long it holds the thread (the prefetch follows it)."""
+        began = time.monotonic()
+        try:
+            runner.start()
+        finally:
+            took = time.monotonic() - began
+            self._run_seconds = took if not self._run_seconds else (1 - PACE_WEIGHT) * self._run_seconds \
+                + PACE_WEIGHT * took
 
     def _forget_pooled(self, runner: Runner) -> None:
         with self._pooled_lock:

@@ -62,7 +62,8 @@ class Planner:
             task = self._tasks.get(task_id)
             if task is None or task.revision != revision or not task.enabled:
                 continue  # stale entry: the task changed or went away
-            if fire == current or fires_at(task.cron, task.timezone, current):
+            paused = task.paused is not None and task.paused.active(current)
+            if not paused and (fire == current or fires_at(task.cron, task.timezone, current)):
                 found.append(DueOccurrence(task_id, current, revision))
             self._popped.append((task_id, revision, current))
         return found
@@ -75,6 +76,10 @@ class Planner:
             task = self._tasks.get(task_id)
             if task is not None and task.revision == revision and task.enabled:
                 heapq.heappush(self._heap, (next_fire(task, minute), task_id, revision))
+
+    def tasks(self) -> list[TaskDefinition]:
+        """Every definition the planner knows (the node's last refresh)."""
+        return list(self._tasks.values())
 
     def task(self, task_id: str) -> TaskDefinition | None:
         """The definition the planner knows for ``task_id`` (the node's last refresh)."""

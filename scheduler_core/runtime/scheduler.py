@@ -31,7 +31,7 @@ from scheduler_core.runtime.execution_operations import ExecutionOperations, che
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.node import Node, claimed_execution
 from scheduler_core.runtime.runner import Ownership, Runner
-from scheduler_core.runtime.task_operations import TaskOperations
+from scheduler_core.runtime.task_operations import TaskOperations, TaskState
 from scheduler_core.statuses import Trigger
 from scheduler_core.store import (
     ClaimRequest,
@@ -259,6 +259,20 @@ class Scheduler:
         self._snapshot = {**self._snapshot, stored.id: stored}
         return stored
 
+    def pause(self, task_id: str, reason: str | None = None, until_ms: int | None = None,
+              by: str | None = None) -> TaskDefinition:
+        """No cron occurrences of the task until ``resume`` or ``until_ms`` (DB clock); who, why and
+        until are stored with it. Running executions go on; manual triggers still run."""
+        return self.task_ops.pause(task_id, reason, until_ms, by)
+
+    def resume(self, task_id: str, by: str | None = None) -> TaskDefinition:
+        return self.task_ops.resume(task_id, by)
+
+    def task_state(self, task_id: str) -> TaskState:
+        """``state`` (ok / paused / disabled / blocked), ``blocked_by``, ``skipped_since``,
+        ``last_outcome``."""
+        return self.task_ops.state(task_id)
+
     def refresh_tasks(self) -> tuple[TaskDefinition, ...]:
         """Re-read stored definitions; concurrent calls share one read."""
         self.context()
@@ -345,7 +359,7 @@ class Scheduler:
         """A manual occurrence this node cannot run: queued for a live node that can (it runs it
         at its next tick), or -- when no such node is alive -- journaled ``missed`` at once."""
         if ctx.capable_node_alive(task):
-            ctx.handoff.enqueue(request)
+            ctx.handoff.enqueue([request])
         else:
             ctx.handoff.journal_missed([Missed(request, "no_capable_node")])
 

@@ -12,18 +12,28 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
 from scheduler_core.cron import describe, next_fire_ms, upcoming, validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError, ConflictError, TaskNotFoundError
 from scheduler_core.masking import MASK, is_secret_name, mask_values
-from scheduler_core.model import Execution, TaskDefinition
+from scheduler_core.model import Execution, Pause, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
-from scheduler_core.runtime.execution_operations import check_cursor
+from scheduler_core.runtime.execution_operations import REASON_MAX, check_cursor
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.task_queries import NEVER_RUN, StoredTask, TaskFilter, TaskQueries
-from scheduler_core.validation import PAGE_LIMIT, check_id, check_int, check_ms, check_optional_id, check_text
+from scheduler_core.validation import (
+    ID_MAX,
+    PAGE_LIMIT,
+    check_id,
+    check_int,
+    check_ms,
+    check_optional_id,
+    check_optional_text,
+    check_text,
+)
 
 SEARCH_FIELDS = ("status", "kind", "enabled", "tz")
 _FIELD_ALIASES = {"timezone": "tz"}
@@ -60,6 +70,24 @@ class OccurrencePage:
     rows: list[Execution]
     next_before: str | None  # cursor ("created_at.occurrence_id") of the older page
     any_running: bool
+
+
+class TaskStateName(StrEnum):
+    OK = "ok"
+    PAUSED = "paused"
+    DISABLED = "disabled"
+    BLOCKED = "blocked"  # its slot is held by an unknown execution, or by a running one past its next fire
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """What an operator needs to know about a task at a glance."""
+
+    state: TaskStateName
+    blocked_by: str | None  # the occurrence id holding the slot, when blocked
+    skipped_since: int  # occurrences journaled skipped since the blocking one began
+    last_outcome: str | None  # status of the newest journal row; None when it never ran
+    paused: Pause | None  # who paused it, why, until when
 
 
 @dataclass(frozen=True)
@@ -207,7 +235,40 @@ class TaskOperations:
         zone = validate_timezone(timezone)
         return CronPreview(expr, zone, describe(expr), upcoming(expr, zone, self.now_ms(), PREVIEW_RUNS))
 
+    def state(self, task_id: str) -> TaskState:
+        """``ok``, ``paused``, ``disabled`` or ``blocked`` (with what blocks it and what it cost)."""
+        task = self.get(task_id)
+        queries = self._queries()
+        holder = queries.slot_holders([task_id]).get(task_id)
+        last = queries.last_executions([task_id]).get(task_id)
+        now = self.now_ms()
+        blocked = holder is not None and blocks(task, holder, now)
+        skipped = queries.skipped_since(task_id, holder.created_at) if blocked and holder is not None else 0
+        return TaskState(state_name(task, blocked, now), holder.occurrence_id if blocked and holder else None,
+                         skipped, last.status if last else None, task.paused)
+
     # --- writes ----------------------------------------------------------------------------
+
+    def pause(self, task_id: str, reason: str | None = None, until_ms: int | None = None,
+              by: str | None = None) -> TaskDefinition:
+        """No cron occurrences until ``resume`` (or ``until_ms``, DB clock); running ones go on."""
+        check_id(task_id, "task_id")
+        reason = check_optional_text(reason, "reason", REASON_MAX)
+        by = check_optional_text(by, "by", ID_MAX, single_line=True)
+        if until_ms is not None and check_ms(until_ms, "until_ms") <= self.now_ms():
+            raise ConfigError("until_ms", "must be in the future (DB clock)")
+        return self._paused(task_id, self._context().tasks.pause(task_id, until_ms, by, reason))
+
+    def resume(self, task_id: str, by: str | None = None) -> TaskDefinition:
+        check_id(task_id, "task_id")
+        check_optional_text(by, "by", ID_MAX, single_line=True)
+        return self._paused(task_id, self._context().tasks.resume(task_id))
+
+    def _paused(self, task_id: str, stored: TaskDefinition | None) -> TaskDefinition:
+        if stored is None:
+            raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
+        return stored
+
 
     def delete(self, task_id: str, expected_updated_at: int | None) -> TaskDefinition:
         """Delete a task if it is still the version the operator saw (compare-and-set).
@@ -276,3 +337,22 @@ def _has_masked_password(url: str) -> bool:
         return urlsplit(url).password == MASK
     except ValueError:
         return False
+
+
+def blocks(task: TaskDefinition, holder: Execution, now_ms: int) -> bool:
+    """Whether the slot's holder blocks the task: unknown (until an operator decides), or running
+    past the task's next fire time after it began (that occurrence will be skipped)."""
+    if holder.status == ExecutionStatus.UNKNOWN:
+        return True
+    if holder.status != ExecutionStatus.RUNNING:
+        return False
+    start = holder.scheduled_minute if holder.scheduled_minute is not None else holder.created_at
+    return next_fire_ms(task.cron, task.timezone, start) <= now_ms
+
+
+def state_name(task: TaskDefinition, blocked: bool, now_ms: int) -> TaskStateName:
+    if not task.enabled:
+        return TaskStateName.DISABLED
+    if task.paused is not None and task.paused.active(now_ms):
+        return TaskStateName.PAUSED
+    return TaskStateName.BLOCKED if blocked else TaskStateName.OK

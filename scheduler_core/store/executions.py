@@ -591,6 +591,19 @@ class ExecutionRepository:
                  .order_by(executions.c.updated_at, executions.c.occurrence_id).limit(limit).offset(offset))
         return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
 
+    def journaled(self, occurrence_ids: Sequence[str]) -> set[str]:
+        """Which of ``occurrence_ids`` the journal holds (primary-key look-ups, 500 a statement)."""
+
+        def work(conn: Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(occurrence_ids), 500):
+                chunk = list(occurrence_ids[start:start + 500])
+                found.update(conn.execute(select(executions.c.occurrence_id)
+                                          .where(executions.c.occurrence_id.in_(chunk))).scalars())
+            return found
+
+        return read(self.engine, work) if occurrence_ids else set()
+
     def running(self, limit: int = 500) -> list[Execution]:
         """Executions currently owned under a lease (for the nodes page), oldest first."""
         query = (select(executions).where(executions.c.status == "running")

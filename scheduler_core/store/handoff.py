@@ -41,16 +41,21 @@ class HandoffRepository:
 
     # --- queued -------------------------------------------------------------------------
 
-    def enqueue(self, request: ClaimRequest) -> None:
-        """Journal an occurrence as ``queued``: unowned, no slot, for a node able to run it (an
-        occurrence id journaled already, a repeated idempotency key, is left as it is)."""
-        self._insert([{**self._identity(request), "status": QUEUED, "reason": None, "missed_until": None,
-                       "missed_count": None}])
+    def enqueue(self, requests: Sequence[ClaimRequest]) -> None:
+        """Journal occurrences as ``queued``: unowned, no slot, for a node able to run them (an
+        occurrence id journaled already -- a repeated idempotency key, a minute another node
+        caught up -- is left as it is)."""
+        rows = [{**self._identity(r), "status": QUEUED, "reason": None, "missed_until": None, "missed_count": None}
+                for r in requests]
+        if rows:
+            self._insert(rows)
 
     def queued(self, limit: int) -> list[Execution]:
-        """The oldest queued rows, by (created_at, occurrence_id) on the status index."""
+        """The oldest queued rows, by (created_at, occurrence_id) on the status index; catch-up runs
+        journaled together come in the order of their minutes."""
         query = (select(executions).where(executions.c.status == QUEUED)
-                 .order_by(executions.c.created_at, executions.c.occurrence_id).limit(limit))
+                 .order_by(executions.c.created_at, executions.c.scheduled_minute, executions.c.occurrence_id)
+                 .limit(limit))
         return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
 
     def claim_queued(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
@@ -66,6 +71,7 @@ class HandoffRepository:
 
     def _claim_queued(self, conn: Connection, requests: list[ClaimRequest]) -> list[ClaimResult]:
         won = [r for r in requests if self._own(conn, r)]
+        won.sort(key=lambda r: r.scheduled_minute or 0)  # a task's slot goes to its earliest minute
         seated = self._executions.take_slots(conn, won)
         outcomes = {}
         for r in won:

@@ -20,9 +20,10 @@ from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Select
 
-from scheduler_core.db.tables import executions, tasks
+from scheduler_core.db.tables import executions, slots, tasks
 from scheduler_core.errors import InvalidStoredValueError
 from scheduler_core.model import Execution, TaskDefinition
+from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.executions import execution_from_row
 from scheduler_core.store.tasks import task_from_row
 from scheduler_core.store.transactions import read
@@ -148,3 +149,16 @@ class TaskQueries:
                                          executions.c.occurrence_id < occurrence_id)))
         query = query.order_by(executions.c.created_at.desc(), executions.c.occurrence_id.desc()).limit(limit)
         return read(self.engine, lambda conn: [execution_from_row(row) for row in conn.execute(query)])
+
+    def slot_holders(self, task_ids: Sequence[str]) -> dict[str, Execution]:
+        """The execution holding each task's slot (tasks with a free slot are absent): one join."""
+        query = (select(executions).join(slots, slots.c.occurrence_id == executions.c.occurrence_id)
+                 .where(slots.c.task_id.in_(list(task_ids))))
+        return read(self.engine, lambda conn: {e.task_id: e for e in map(execution_from_row, conn.execute(query))})
+
+    def skipped_since(self, task_id: str, since_ms: int) -> int:
+        """Occurrences of the task journaled ``skipped`` from ``since_ms`` on (its task index)."""
+        query = select(func.count()).select_from(executions).where(
+            executions.c.task_id == task_id, executions.c.created_at >= since_ms,
+            executions.c.status == ExecutionStatus.SKIPPED)
+        return int(read(self.engine, lambda conn: conn.execute(query).scalar_one()))

@@ -29,6 +29,7 @@ from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore
 from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
 
 TASKS_VERSION = "tasks_version"
+TICKED_THROUGH = "ticked_through"  # the last minute a node of the cluster planned (0: none yet)
 T = TypeVar("T")
 
 
@@ -38,6 +39,7 @@ class TickSnapshot:
     tasks_version: int  # bumped by every task change
     earliest_lease_until: int | None = None  # of running executions (asked with leases=True)
     latest_queued: int | None = None  # created_at of the newest queued execution (asked with leases=True)
+    ticked_through: int = 0  # the last minute some node planned (asked with leases=True)
 
     @property
     def leases_expired(self) -> bool:
@@ -122,13 +124,16 @@ class TaskRepository:
                            .where(executions.c.status == ExecutionStatus.RUNNING).scalar_subquery())
             columns.append(select(func.max(executions.c.created_at))
                            .where(executions.c.status == ExecutionStatus.QUEUED).scalar_subquery())
+            columns.append(select(scheduler_meta.c.value).where(scheduler_meta.c.name == TICKED_THROUGH)
+                           .scalar_subquery())
         return columns
 
     @staticmethod
     def snapshot_from(row: Sequence[Any]) -> TickSnapshot:
         earliest = optional_ms(row[2], "lease_until") if len(row) > 2 else None
         queued = optional_ms(row[3], "created_at") if len(row) > 3 else None
-        return TickSnapshot(to_ms(row[0], "db_now_ms"), to_ms(row[1] or 0, TASKS_VERSION), earliest, queued)
+        ticked = to_ms(row[4] or 0, TICKED_THROUGH) if len(row) > 4 else 0
+        return TickSnapshot(to_ms(row[0], "db_now_ms"), to_ms(row[1] or 0, TASKS_VERSION), earliest, queued, ticked)
 
     def load_all(self) -> tuple[int, list[TaskDefinition]]:
         """Every stored task and the tasks version they correspond to (one snapshot).
@@ -257,6 +262,36 @@ class TaskRepository:
             return True
 
         return _saving(task_id, lambda: write(self.engine, work))
+
+    def pause(self, task_id: str, until_ms: int | None, by: str | None, reason: str | None) -> TaskDefinition | None:
+        """Pause a task (no cron occurrences until ``resume`` or ``until_ms``): sets the pause
+        columns (``paused_at`` from the DB clock), bumps revision, ``updated_at`` and the tasks
+        version. None when the task is gone."""
+        return self._set_pause(task_id, {"paused_at": db_now_ms(), "paused_until": until_ms, "paused_by": by,
+                                         "paused_reason": reason})
+
+    def resume(self, task_id: str) -> TaskDefinition | None:
+        """Clear a task's pause (as ``pause``, the other way)."""
+        return self._set_pause(task_id, {"paused_at": None, "paused_until": None, "paused_by": None,
+                                         "paused_reason": None})
+
+    def _set_pause(self, task_id: str, values: dict[str, Any]) -> TaskDefinition | None:
+        def work(conn: Connection) -> TaskDefinition | None:
+            changed = conn.execute(update(tasks).where(tasks.c.id == task_id).values(
+                revision=tasks.c.revision + 1, updated_at=greatest(conn, db_now_ms(), tasks.c.updated_at + 1),
+                **values))
+            if not one_row(changed, f"pausing task {task_id!r}"):
+                return None
+            self._bump_version(conn)
+            return self.get(task_id, conn)
+
+        return _saving(task_id, lambda: write(self.engine, work))
+
+    def advance_watermark(self, minute_ms: int) -> None:
+        """The cluster planned ``minute_ms``: ``ticked_through`` moves forward to it, never back."""
+        write(self.engine, lambda conn: conn.execute(
+            update(scheduler_meta).where(scheduler_meta.c.name == TICKED_THROUGH, scheduler_meta.c.value < minute_ms)
+            .values(value=minute_ms)))
 
     def count(self) -> int:
         return int(read(self.engine, lambda c: c.execute(select(func.count()).select_from(tasks)).scalar_one()))
