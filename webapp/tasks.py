@@ -64,8 +64,8 @@ def _log_links() -> bool:
     return "logs.detail" in current_app.view_functions
 
 
-def _audit(action: str, target: str, before: Any = None, after: Any = None) -> None:
-    record_action(action, target, before=before, after=after)
+def _audit(action: str, target: str, before: Any = None, after: Any = None, reason: str | None = None) -> None:
+    record_action(action, target, before=before, after=after, reason=reason)
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -315,8 +315,54 @@ def _flash_started(task_id: str, occurrence: str, status: str, reason: str | Non
     if status == "skipped":
         flash(f"Task {task_id} was not started: occurrence {occurrence} is skipped ({reason or 'slot busy'}); "
               "another execution of this task holds its slot.", "warning")
+    elif status == "queued":
+        flash(f"Task {task_id} is queued for a node that can run it: occurrence {occurrence}.", "success")
+    elif status == "missed":
+        flash(f"Task {task_id} was not started: no live node can run it ({reason}); occurrence {occurrence} is "
+              "journaled missed. Start a node with the application's hooks or in the task's group.", "warning")
     else:
         flash(f"Task {task_id} started: occurrence {occurrence} ({status}).", "success")
+
+
+# --- pause / resume --------------------------------------------------------------------------------
+
+
+@bp.post("/<path:task_id>/pause")
+@require_role("operator")
+def pause(task_id: str) -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    task = scheduler.task_ops.get(task_id)
+    reason = request.form.get("reason", "").strip()
+    minutes = request.form.get("minutes", "").strip()
+    typed = {"reason": reason, "minutes": minutes}
+    if not reason:
+        return _detail(task, {"reason": "Say why it is paused: the next operator reads it."}, typed), 400
+    until = None
+    if minutes:
+        if not minutes.isdigit() or not 1 <= int(minutes) <= 7 * 24 * 60:
+            return _detail(task, {"until_ms": "A whole number of minutes, 1 to 10080 (7 days)."}, typed), 400
+        until = scheduler.task_ops.now_ms() + int(minutes) * 60_000
+    try:
+        paused = scheduler.pause(task_id, reason=reason, until_ms=until, by=g.user.name)
+    except ConfigError as exc:
+        return _detail(task, {exc.field: exc.message.removeprefix(f"{exc.field}: ")}, typed), 400
+    _audit("task.pause", task_id, before={"paused": None},
+           after={"paused_until": until, "paused_by": g.user.name, "revision": paused.revision}, reason=reason)
+    flash(f"Task {task_id} paused.", "success")
+    return redirect(url_for("tasks.detail", task_id=task_id), 303)
+
+
+@bp.post("/<path:task_id>/resume")
+@require_role("operator")
+def resume(task_id: str) -> ResponseReturnValue:
+    scheduler = scheduler_of(current_app)
+    before = scheduler.task_ops.get(task_id)
+    resumed = scheduler.resume(task_id, by=g.user.name)
+    was = before.paused
+    _audit("task.resume", task_id, before={"paused_by": was.by, "reason": was.reason} if was else {"paused": None},
+           after={"paused": None, "revision": resumed.revision})
+    flash(f"Task {task_id} resumed.", "success")
+    return redirect(url_for("tasks.detail", task_id=task_id), 303)
 
 
 # --- detail ----------------------------------------------------------------------------------------
@@ -331,14 +377,17 @@ def detail(task_id: str) -> ResponseReturnValue:
 
 
 def _detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str]) -> str:
-    ops = scheduler_of(current_app).task_ops
+    scheduler = scheduler_of(current_app)
+    ops = scheduler.task_ops
     history = ops.occurrences(task.id, HISTORY_PAGE, request.args.get("before") or None)
+    state = ops.state(task.id)
+    blocker = scheduler.execution.get(state.blocked_by).status if state.blocked_by else None
     definition = task.masked()
     code = definition["handler"].pop("code", None) if definition["handler"] else None
     return render_template("tasks/detail.html", task=task, definition=definition, code=code,
                            next_runs=ops.next_runs(task),
                            history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
-                           log_links=_log_links(), code_kinds=CODE_KINDS)
+                           log_links=_log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker)
 
 
 @bp.get("/<path:task_id>/occurrences")

@@ -45,6 +45,13 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 _TERM = re.compile(r'([A-Za-z_]+):(?:"([^"]*)"|(\S*))|"([^"]*)"|(\S+)')
 
 
+class TaskStateName(StrEnum):
+    OK = "ok"
+    PAUSED = "paused"
+    DISABLED = "disabled"
+    BLOCKED = "blocked"  # its slot is held by an unknown execution, or by a running one past its next fire
+
+
 @dataclass(frozen=True)
 class TaskRow:
     """One line of the task list."""
@@ -54,6 +61,7 @@ class TaskRow:
     problem: str | None
     last: Execution | None  # the newest journal row, None if it never ran
     next_run_ms: int | None  # the next fire minute (DB clock), None when disabled or unreadable
+    state: TaskStateName | None = None  # ok / paused / disabled / blocked; None when unreadable
 
 
 @dataclass(frozen=True)
@@ -70,13 +78,6 @@ class OccurrencePage:
     rows: list[Execution]
     next_before: str | None  # cursor ("created_at.occurrence_id") of the older page
     any_running: bool
-
-
-class TaskStateName(StrEnum):
-    OK = "ok"
-    PAUSED = "paused"
-    DISABLED = "disabled"
-    BLOCKED = "blocked"  # its slot is held by an unknown execution, or by a running one past its next fire
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,8 @@ class TaskOperations:
                before: str | None = None) -> TaskPage:
         """One page of tasks matching ``query`` with their last outcome and next run time.
 
-        Three statements whatever the page: the DB clock, the page of tasks, and the last
-        journal row of exactly those tasks.
+        Four statements whatever the page: the DB clock, the page of tasks, the last journal
+        row and the slot holder of exactly those tasks.
         """
         search = parse_search(query)
         if search.kind is not None and self._context().executors.get(search.kind) is None:
@@ -188,18 +189,22 @@ class TaskOperations:
         found = queries.search(search, limit + 1, after=None if before else after, before=before)
         more = len(found) > limit
         page = (found[1:] if before is not None else found[:limit]) if more else found
-        last = queries.last_executions([stored.id for stored in page])
-        rows = [self._row(stored, last.get(stored.id), now) for stored in page]
+        ids = [stored.id for stored in page]
+        last, holders = queries.last_executions(ids), queries.slot_holders(ids)
+        rows = [self._row(stored, last.get(stored.id), holders.get(stored.id), now) for stored in page]
         forward = before is None
         next_after = rows[-1].id if rows and (more or not forward) else None
         prev_before = rows[0].id if rows and ((forward and after is not None) or (not forward and more)) else None
         return TaskPage(rows, search, next_after, prev_before, now)
 
     @staticmethod
-    def _row(stored: StoredTask, last: Execution | None, now: int) -> TaskRow:
+    def _row(stored: StoredTask, last: Execution | None, holder: Execution | None, now: int) -> TaskRow:
         task = stored.task
-        next_run = next_fire_ms(task.cron, task.timezone, now) if task is not None and task.enabled else None
-        return TaskRow(stored.id, task, stored.problem, last, next_run)
+        if task is None:
+            return TaskRow(stored.id, None, stored.problem, last, None)
+        next_run = next_fire_ms(task.cron, task.timezone, now) if task.enabled else None
+        blocked = holder is not None and blocks(task, holder, now)
+        return TaskRow(stored.id, task, stored.problem, last, next_run, state_name(task, blocked, now))
 
     def get(self, task_id: str) -> TaskDefinition:
         """The stored definition (not the snapshot: an edit form must carry the current version)."""

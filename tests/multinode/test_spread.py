@@ -72,9 +72,9 @@ def _timeline(engine: Engine, first: int, rows: list[object]) -> str:
     """For each skipped occurrence: when the previous minute's occurrence of its task started and ended."""
     lines = []
     for row in rows:
-        if getattr(row, "status") == "skipped":
-            (before,) = [r for r in journal(engine, task_id=getattr(row, "task_id"))
-                         if r.scheduled_minute == getattr(row, "scheduled_minute") - 60_000]
+        if row.status == "skipped":
+            (before,) = [r for r in journal(engine, task_id=row.task_id)
+                         if r.scheduled_minute == row.scheduled_minute - 60_000]
             attempt = before.attempts[0] if before.attempts else {}
             lines.append(f"{before.task_id}: owner {before.owner_node}, created +{before.created_at - first} ms, "
                          f"started +{attempt.get('started_at', 0) - first} ms, "

@@ -39,7 +39,8 @@ def test_a_long_gap_keeps_the_recent_minutes_and_sums_up_the_older_ones() -> Non
     assert (summary.request.scheduled_minute, summary.until, summary.count) == (
         T0, T0 + (200 - ROWS_PER_TASK) * MINUTE, 200 - ROWS_PER_TASK + 1)
     assert summary.request.occurrence_id == cron_occurrence_id("job", T0)
-    assert [m.request.scheduled_minute for m in recent] == [T0 + m * MINUTE for m in range(200 - ROWS_PER_TASK + 1, 200)]
+    first_recent = 200 - ROWS_PER_TASK + 1
+    assert [m.request.scheduled_minute for m in recent] == [T0 + m * MINUTE for m in range(first_recent, 200)]
     assert summary.count + len(recent) == 200  # every minute counted once
 
 

@@ -16,8 +16,9 @@ from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import Scheduler, TaskDefinition
+from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.http_server import RecordingServer
-from tests.helpers.journal import wait_for_status
+from tests.helpers.journal import abandon_running_execution, wait_for_status
 from tests.webapp.conftest import Auth, csrf_token
 from webapp.node import accounts_of, audit_of
 
@@ -573,3 +574,59 @@ def test_api_task_runs_against_a_real_server_when_triggered(app: Flask, client: 
     detail = _text(client.get("/tasks/billing"))
     assert "badge-success" in detail and "browser" in detail
     _assert_no_secret(detail)
+
+
+# --- state, pause and resume --------------------------------------------------------------------------
+
+
+def test_an_operator_pauses_with_a_reason_and_resumes_audited(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    scheduler = _scheduler(app)
+    scheduler.register(TaskDefinition(id="report", name="Report", cron="0 2 * * *"))
+    _login_as(app, auth, "operator")
+    assert "badge-state-ok" in _text(client.get("/tasks/"))
+    missing = _post(client, "/tasks/report/pause", {"reason": " ", "minutes": ""})
+    assert missing.status_code == 400 and "Say why it is paused" in _text(missing)
+    too_long = _post(client, "/tasks/report/pause", {"reason": "deploy", "minutes": "99999"})
+    assert too_long.status_code == 400 and "1 to 10080" in _text(too_long)
+    assert scheduler.task_state("report").state == "ok" and _audit(app, "task.pause") == []
+    assert _post(client, "/tasks/report/pause", {"reason": "deploy <b>v2</b>", "minutes": "30"}).status_code == 303
+    page = _text(client.get("/tasks/report"))
+    assert "state-banner-paused" in page and "by operator1" in page and "deploy &lt;b&gt;v2&lt;/b&gt;" in page
+    assert "badge-state-paused" in _text(client.get("/tasks/"))
+    state = scheduler.task_state("report")
+    assert state.state == "paused" and state.paused is not None and state.paused.until is not None
+    [entry] = _audit(app, "task.pause")
+    assert (entry.actor, entry.reason, entry.after["paused_by"]) == ("operator1", "deploy <b>v2</b>", "operator1")
+    assert _post(client, "/tasks/report/resume", {}).status_code == 303
+    assert scheduler.task_state("report").state == "ok" and "state-banner" not in _text(client.get("/tasks/report"))
+    [resumed] = _audit(app, "task.resume")
+    assert resumed.before == {"paused_by": "operator1", "reason": "deploy <b>v2</b>"}
+
+
+def test_a_blocked_task_shows_what_blocks_it(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    scheduler = _scheduler(app)
+    scheduler.register(TaskDefinition(id="stuck", name="Stuck", cron="* * * * *"))
+    holder = abandon_running_execution(app.extensions["hai_engine"], "stuck", started=True)
+    scheduler.execution.get(holder)
+    _settle_as_unknown(app, holder)
+    auth.login()
+    page = _text(client.get("/tasks/stuck"))
+    assert "state-banner-blocked" in page and holder in page and 'href="/executions/unknown"' in page
+    assert "badge-state-blocked" in _text(client.get("/tasks/"))
+
+
+def test_a_viewer_cannot_pause(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    _scheduler(app).register(TaskDefinition(id="report", name="Report", cron="0 2 * * *"))
+    _login_as(app, auth, "viewer")
+    assert _post(client, "/tasks/report/pause", {"reason": "x"}).status_code == 403
+    assert 'action="/tasks/report/pause"' not in _text(client.get("/tasks/report"))
+    assert _scheduler(app).task_state("report").state == "ok"
+
+
+def _settle_as_unknown(app: Flask, occurrence_id: str) -> None:
+    """The dead owner's lease runs out and the node's expiry scan isolates the run as unknown."""
+    scheduler = _scheduler(app)
+    execution = scheduler.execution.get(occurrence_id)
+    repo = scheduler.context().executions
+    set_clock_offset(app.extensions["hai_engine"], clock_offset(app.extensions["hai_engine"]) + 5_000)
+    assert repo.settle_expired(execution, "unknown", "lease_expired", list(execution.attempts), False)
