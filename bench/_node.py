@@ -3,6 +3,7 @@
 Usage: _node.py '<options as JSON>'
 
 Options: url, node_id, concurrency (8), tick_ms (1000), max_queued (the product's default), warmup_ticks (0),
+handler_ms ([low, high]: each task's handler takes a fixed time in that range; none by default),
 reach (a Reach configuration, optional) and reach_mode: "tick" (delivery rounds on the
 scheduler's tick, as in production: one round a minute) or "loop" (no scheduler; rounds back
 to back through ``Reach.run_round``, to measure delivery capacity).
@@ -119,9 +120,13 @@ class Node:
             self.reach.init()
             self._time_rounds(self.reach)
 
-    def _execute(self, _event: Any) -> None:
+    def _execute(self, event: Any) -> None:
         with self._started_lock:  # the handler does nothing else: the engine's cost is what we measure
             self.started += 1
+        low, high = self.options.get("handler_ms") or (0, 0)
+        if high:  # a slow handler: a fixed duration per task within [low, high] ms
+            spread = int(event.context.task_id.rsplit("-", 1)[-1]) * 7919 % (high - low + 1)
+            event.signal.wait((low + spread) / 1000)
 
     def _on_tick(self, _now_ms: int) -> None:
         reading = self.meter.tick()

@@ -14,11 +14,14 @@ which would otherwise fire at once as a start-up burst).
 
     .venv/bin/python bench/steady.py --tasks 1000 --minutes 10 --backend postgresql
     .venv/bin/python bench/steady.py --tasks 200 --minutes 2          # quick, temporary SQLite
+    .venv/bin/python bench/steady.py --tasks 200 --minutes 3 --nodes 3 --concurrency 6 --handler-ms 1000-4000
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections import Counter
 from typing import Any
 
 from _common import (
@@ -55,7 +58,8 @@ COLUMNS = [("backend", "database"), ("tasks", "tasks"), ("minutes", "minutes"), 
            ("transactions_per_execution", "transactions / execution"),
            ("sql_commands_per_execution", "all SQL commands / execution"),
            ("cpu_s_per_minute", "CPU s / minute / node"),
-           ("cpu_ms_per_execution", "CPU ms / execution"), ("bytes_per_occurrence", "bytes / occurrence")]
+           ("cpu_ms_per_execution", "CPU ms / execution"), ("bytes_per_occurrence", "bytes / occurrence"),
+           ("min_node_share_pct", "least node share %")]
 GROWTH_TABLES = ("executions", "logs")
 
 
@@ -74,7 +78,7 @@ def _span(low: int, high: int) -> str:
 
 
 def measure(target: Target, count: int, minutes: int, node_count: int, lead_s: float,
-            concurrency: int) -> dict[str, Any]:
+            concurrency: int, handler_ms: tuple[int, int] | None = None) -> dict[str, Any]:
     engine = prepare(target.url)
     try:
         first = next_boundary(engine, 0)  # the minute field only; the real first boundary comes below
@@ -86,7 +90,7 @@ def measure(target: Target, count: int, minutes: int, node_count: int, lead_s: f
         size_before = table_bytes(engine, GROWTH_TABLES)
         last = first + (minutes - 1) * MINUTE_MS
         env = {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
-        options = {"url": target.url, "concurrency": concurrency, "tick_ms": 1000}
+        options = {"url": target.url, "concurrency": concurrency, "tick_ms": 1000, "handler_ms": handler_ms}
         procs = [spawn("_node.py", [json.dumps({**options, "node_id": f"steady-{i}"})], f"steady-{i}", env)
                  for i in range(node_count)]
         try:
@@ -110,7 +114,7 @@ def _terminal(engine: Any, minute: int) -> int:
 def summarise(engine: Any, kind: str, first: int, last: int, count: int, minutes: int, stats: list[dict[str, Any]],
               growth: int) -> dict[str, Any]:
     rows = fetch(engine, select(executions.c.scheduled_minute, executions.c.status, executions.c.sequence,
-                                executions.c.attempts))
+                                executions.c.attempts, executions.c.owner_node))
     log_rows = scalar(engine, select(func.count()).select_from(logs))
     in_window = [r for r in rows if r.scheduled_minute is not None and first <= r.scheduled_minute <= last]
     lateness = [int(r.attempts[0]["started_at"]) - r.scheduled_minute for r in in_window if r.attempts]
@@ -130,7 +134,26 @@ def summarise(engine: Any, kind: str, first: int, last: int, count: int, minutes
         "cpu_ms_per_execution": round(sum(s["cpu_ms"] for s in stats) / executed, 2),
         "bytes_per_occurrence": round(growth / max(1, len(rows))), "growth_bytes": growth,
         "started_per_node": [s["started"] for s in stats],
+        "min_node_share_pct": _min_share(in_window, len(stats), first, last),
     }
+
+
+def _min_share(rows: list[Any], node_count: int, first: int, last: int) -> float:
+    """The smallest share of a minute's occurrences one node ran, over every minute (percent)."""
+    shares = []
+    for minute in range(first, last + 1, MINUTE_MS):
+        owners = Counter(r.owner_node for r in rows if r.scheduled_minute == minute and r.owner_node)
+        total = sum(owners.values())
+        if total:
+            shares.append(min(owners.values()) / total * 100 if len(owners) == node_count else 0.0)
+    return round(min(shares), 1) if shares else 0.0
+
+
+def _range(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    if not (low.isdigit() and high.isdigit() and 0 <= int(low) <= int(high) <= 600_000):
+        raise argparse.ArgumentTypeError("LOW-HIGH in ms, e.g. 1000-4000")
+    return int(low), int(high)
 
 
 def main() -> None:
@@ -140,9 +163,11 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, default=10, choices=range(1, 60), metavar="1..59")
     parser.add_argument("--lead-s", type=float, default=15.0, help="seconds between node start and the first minute")
     parser.add_argument("--concurrency", type=int, default=8, help="max_concurrency per node")
+    parser.add_argument("--handler-ms", type=_range, default=None, metavar="LOW-HIGH",
+                        help="slow handlers: each task takes a fixed time in this range (e.g. 1000-4000)")
     args = parser.parse_args()
     rows = run_on_targets(args, parser, "steady", lambda target: measure(
-        target, args.tasks, args.minutes, args.nodes, args.lead_s, args.concurrency))
+        target, args.tasks, args.minutes, args.nodes, args.lead_s, args.concurrency, args.handler_ms))
     title = (f"Steady state: {args.tasks:,} tasks every minute for {args.minutes} minutes, "
              f"{args.nodes} nodes (lateness = first attempt start - scheduled minute, DB clock)")
     finish(COLUMNS, rows, title, args.json)

@@ -26,6 +26,13 @@ from scheduler_core.runtime.hooks import Hooks
         ({"node_id": ""}, "node_id"),
         ({"node_id": "n" * 129}, "node_id"),
         ({"auto_migrate": "yes"}, "auto_migrate"),
+        ({"groups": "billing"}, "groups"),
+        ({"groups": [""]}, "groups[0]"),
+        ({"groups": ["ok", "g" * 65]}, "groups[1]"),
+        ({"groups": ["tab\there"]}, "groups[0]"),
+        ({"groups": [f"g{i}" for i in range(33)]}, "groups"),
+        ({"missed_lookback_ms": 59_999}, "missed_lookback_ms"),
+        ({"missed_lookback_ms": 8 * 86_400_000}, "missed_lookback_ms"),
     ],
 )
 def test_scheduler_config_bounds(values: dict[str, Any], field: str) -> None:

@@ -24,3 +24,28 @@ def test_nul_characters_are_refused_by_field(changes: dict[str, Any], field: str
     with pytest.raises(ConfigError) as info:
         validate_task(task)
     assert info.value.field == field and "NUL" in info.value.message
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"catchup": {"policy": "some"}}, "catchup.policy"),
+    ({"catchup": {"policy": "all", "window_ms": -1}}, "catchup.window_ms"),
+    ({"catchup": {"policy": "latest", "window_ms": 7 * 86_400_000 + 1}}, "catchup.window_ms"),
+    ({"catchup": {"policy": "all", "every": 1}}, "catchup.every"),
+    ({"catchup": "all"}, "catchup"),
+    ({"node_group": ""}, "node_group"),
+    ({"node_group": "g" * 65}, "node_group"),
+    ({"node_group": 5}, "node_group"),
+    ({"node_group": "line\nbreak"}, "node_group"),
+])
+def test_catch_up_and_group_are_checked_by_field(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_task(TaskDefinition(**{"id": "t", "name": "T", "cron": "* * * * *", **changes}))
+    assert info.value.field == field
+
+
+def test_groups_are_kept_sorted_and_once() -> None:
+    from scheduler_core import SchedulerConfig
+
+    assert SchedulerConfig(groups=["reports", "billing", "reports"]).groups == ("billing", "reports")
+    assert validate_task(TaskDefinition(id="t", name="T", cron="* * * * *",
+                                        catchup={"policy": "all"})).catchup_policy.window_ms == 3_600_000
