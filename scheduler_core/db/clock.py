@@ -1,30 +1,8 @@
-"""The database clock: the one time source that decides leases and occurrences.
-
-``db_now_ms()`` is a SQL expression, evaluated by the database inside the statement that
-uses it, giving unix milliseconds as a BIGINT:
-
-- PostgreSQL: ``clock_timestamp()`` -- not ``now()``, which is frozen at transaction start
-  and would let a write that waited on a row lock pass a deadline that has gone by.
-- MySQL / MariaDB: ``SYSDATE(3)`` -- not ``NOW(3)``, which is fixed for the whole statement
-  for the same reason. Sessions run with ``time_zone = '+00:00'`` (see engine.py) so that
-  ``UNIX_TIMESTAMP`` never meets a DST-ambiguous local time.
-- SQLite: ``julianday('now')`` (millisecond precision). SQLite runs inside each process,
-  so its clock is the host's clock, shared by every process on that one host.
-
-Each occurrence of ``db_now_ms()`` reads the clock anew, so two columns set from it in one
-statement can differ by a millisecond. ``db_statement_now_ms()`` is the time the statement
-started (PostgreSQL ``statement_timestamp()``, MySQL ``NOW(3)``; SQLite's ``'now'`` is one
-reading per statement anyway): the same at every occurrence, for a new row's ``created_at`` and
-``updated_at``. It never decides a lease: a statement may wait on a row lock after it started.
-
-Node clocks never grant or extend ownership: read the time in Python for diagnostics and
-for sleeping only.
-
-Tests move one engine's clock with :mod:`scheduler_core.testing`: it puts an offset on the
-engine's dialect, and both constructs compile, for that engine only, to the reading plus the
-offset (a parameter read each time the statement runs). Without one they compile to the
-reading alone; statements never depend on it.
-"""
+"""The database clock as SQL: ``db_now_ms()`` (PostgreSQL ``clock_timestamp()``, MySQL
+``SYSDATE(3)``, SQLite ``julianday('now')``: read when the statement runs, for every lease) and
+``db_statement_now_ms()`` (the statement's start: one value per statement, for a new row's
+timestamps, never a lease). Which and why: docs/semantics.md, "Time". A test clock offset is
+per engine (``scheduler_core.testing``), a parameter read when the statement runs."""
 
 from __future__ import annotations
 

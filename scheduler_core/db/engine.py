@@ -1,22 +1,6 @@
-"""Engine creation, per-dialect session set-up, health check and explicit close.
-
-``create_engine`` validates the configuration, builds a SQLAlchemy engine, installs the
-session set-up every scheduler statement relies on, and runs a health check; when the check
-fails it disposes of the engine and raises, so nothing half-made is handed out.
-
-Session set-up (``prepare_engine``, also for engines made elsewhere, e.g. Flask-SQLAlchemy):
-
-- SQLite: WAL, a busy timeout, and ``BEGIN IMMEDIATE`` for every transaction that may
-  write. A deferred transaction that reads and then writes fails with SQLITE_BUSY_SNAPSHOT
-  even with a busy timeout, when another process committed in between; taking the write
-  lock at BEGIN makes writers queue on the busy timeout instead. Read-only work opts into a
-  plain ``BEGIN`` with ``execution_options(hai_read_only=True)`` so it never blocks writers;
-  ``hai_autocommit=True`` sends no ``BEGIN`` at all (single-statement reads).
-- MySQL / MariaDB: READ COMMITTED (so a conditional UPDATE re-reads the latest committed
-  row instead of a stale snapshot) and ``time_zone = '+00:00'`` (see clock.py).
-- PostgreSQL: READ COMMITTED (the server default, set explicitly), an application name, and
-  no server-side prepared statements (see ``engine_options``).
-"""
+"""Engine creation, per-dialect session set-up (``prepare_engine``: SQLite WAL, busy timeout and
+``BEGIN IMMEDIATE`` for writers; READ COMMITTED and UTC sessions on the servers), health check and
+explicit close (docs/architecture.md, "The database layer")."""
 
 from __future__ import annotations
 

@@ -1,26 +1,6 @@
-"""Group commit of owner writes: many runners' begins and finishes in few transactions.
-
-A burst puts hundreds of runners on one node within a second. Each one's begin and terminal
-commit is a small lease-checked write; done one by one, the round trips and the per-statement
-overhead dominate. Here a runner hands its write to a :class:`GroupCommit` and gets a Future;
-one flusher thread per kind takes everything queued and writes it in one transaction (the
-repository locks the batch's rows first, then decides every row with the DB clock after the
-wait, and reports per row). Batches form by themselves: while one flush runs, the next one
-queues. No write waits for a timer.
-
-Each flusher keeps one connection while batches follow each other (no pool check-out and
-pre-ping per transaction); it gives it back as soon as it has nothing to do for a moment
-(``RELEASE_S``), and drops it after any error.
-
-What stays per execution:
-- a begin is requested only by a runner about to call its handler, so an attempt is never
-  recorded for an execution whose handler had not started (those stay ``interrupted``);
-- one row that makes its batch fail (a value the database refuses) fails alone: the batch is
-  retried row by row, so its neighbours are not hurt;
-- the terminal commit and the log projection share one transaction when the projection
-  succeeds; when it fails, the terminal commit is made without it (journal ``pending``) and
-  each row's projection is retried on its own, as before.
-"""
+"""Group commit of owner writes: many runners' begins and finishes in few transactions. One flusher
+thread per kind writes what is queued as one batch (a row the database refuses fails alone), keeps
+its connection while batches follow, and never waits for a timer (docs/architecture.md, "Group commit")."""
 
 from __future__ import annotations
 
