@@ -41,10 +41,14 @@ def plan_gap(tasks: Iterable[TaskDefinition], first_minute: int, last_minute: in
     no node planned; at most ``lookback_ms`` back from ``now_ms``."""
     start = max(first_minute, minute_of(now_ms - lookback_ms))
     plan = GapPlan()
+    schedules: dict[tuple[str, str], list[int]] = {}  # tasks sharing a schedule share its fire minutes
     for task in tasks:
         if not task.enabled or start > last_minute:
             continue
-        fires = [minute for minute in _fires(task, start, last_minute) if _was_due(task, minute)]
+        key = (task.cron, task.timezone)
+        if key not in schedules:
+            schedules[key] = _fires(task, start, last_minute)
+        fires = [minute for minute in schedules[key] if _was_due(task, minute)]
         run = _caught_up(task, fires, now_ms)
         plan.catchup.extend(_request(task, minute, Trigger.CATCHUP) for minute in run)
         plan.missed.extend(_missed_rows(task, [minute for minute in fires if minute not in set(run)]))

@@ -20,6 +20,7 @@ from scheduler_core.store.executions import ClaimRequest, ClaimResult, Execution
 from scheduler_core.store.transactions import one_row, read, write
 
 QUEUED = ExecutionStatus.QUEUED
+INSERT_CHUNK = 500  # rows per insert transaction
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ class HandoffRepository:
         caught up -- is left as it is)."""
         rows = [{**self._identity(r), "status": QUEUED, "reason": None, "missed_until": None, "missed_count": None}
                 for r in requests]
-        if rows:
-            self._insert(rows)
+        for start in range(0, len(rows), INSERT_CHUNK):
+            self._insert(rows[start:start + INSERT_CHUNK])
 
     def queued(self, limit: int) -> list[Execution]:
         """The oldest queued rows, by (created_at, occurrence_id) on the status index; catch-up runs
@@ -113,7 +114,10 @@ class HandoffRepository:
         Returns the ids this call inserted (all of them on MySQL, which cannot tell)."""
         rows = [{**self._identity(m.request), "status": ExecutionStatus.MISSED, "reason": m.reason,
                  "missed_until": m.until, "missed_count": m.count} for m in missed]
-        return set(self._insert(rows)) if rows else set()
+        inserted: set[str] = set()
+        for start in range(0, len(rows), INSERT_CHUNK):  # a long outage: many short transactions
+            inserted.update(self._insert(rows[start:start + INSERT_CHUNK]))
+        return inserted
 
     # --- shared -------------------------------------------------------------------------
 
