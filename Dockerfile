@@ -8,12 +8,15 @@
 #                      mysql://... to run several containers as one cluster
 #   HAI_SECRET_KEY     session signing key; when absent one is generated once and kept beside the
 #                      SQLite file (or in HAI_SECRET_KEY_FILE, default /data/hai-secret.key)
-#   HAI_ADMIN_PASSWORD password of the first user "admin" (else generated and printed once in the log)
-#   HAI_ENV            "production" refuses SQLite and the console provider (unless HAI_E2E=1) and
-#                      sets Secure cookies: serve it behind a TLS-terminating proxy
+#   HAI_ADMIN_PASSWORD password of the first user "admin", 8+ characters (else generated and printed once in the log)
+#   HAI_ENV            "development" (default) or "production", which refuses SQLite and the console
+#                      provider (unless HAI_E2E=1) and sets Secure cookies: serve it behind a TLS proxy
 #   HAI_BIND, HAI_WORKERS, HAI_THREADS   gunicorn address (default 0.0.0.0:8000 here), workers, threads
 #   HAI_REACH_CONFIG   JSON file with the notification providers, templates and do-not-disturb window
 #   HAI_CONFIG_FILE    JSON file of further dashboard settings (keys without the HAI_ prefix)
+# Every setting is checked before gunicorn starts: a bad one stops the container with one line naming it.
+# Users: docker exec -e HAI_NEW_PASSWORD='…' <container> hai-scheduler create-user NAME --role admin [--reset]
+#   (without a TTY the password must come from HAI_NEW_PASSWORD)
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -5,9 +5,11 @@ Commands (the dashboard adds ``serve`` and ``create-user``: see webapp/cli.py):
   hai-scheduler db status    database health, clock and migration state
   hai-scheduler node         run a scheduler node without the web
 
-Configuration comes from ``HAI_DATABASE_URL`` (default ``sqlite:///scheduler.db`` in the
-working directory) and ``HAI_DATABASE_*``; ``--database-url`` overrides the URL.
-Errors print their stable code and exit with status 1; nothing is printed with secrets.
+Configuration comes from ``HAI_DATABASE_URL`` (default ``sqlite:///scheduler.db``; a relative
+SQLite path is taken from the current working directory) and ``HAI_DATABASE_*``;
+``--database-url`` overrides the URL. Every command reads and checks all its settings first
+(scheduler_core/settings.py). Errors print one line, ``error: <code> <field>: <message>``, and
+exit with status 1; nothing is printed with secrets.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from scheduler_core import __version__
-from scheduler_core.db import DatabaseConfig, close_engine, create_engine, health_check, migration_state, upgrade
-from scheduler_core.errors import SchedulerError
+from scheduler_core.db import close_engine, create_engine, health_check, migration_state, upgrade
+from scheduler_core.errors import ReachError, SchedulerError
+from scheduler_core.settings import Settings, read_settings
+
+NO_DATABASE = 4  # `db status`: the SQLite file does not exist (3: migrations are pending)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,14 +49,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
 
 
 def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
-    """Run the chosen command; errors print their stable code and exit 1."""
+    """Read the settings, then run the chosen command with them; an error prints one line with
+    its stable code and the field it names, and exits 1."""
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
         parser.print_help()
         return 2
     try:
-        return int(args.handler(args))
-    except SchedulerError as exc:
+        return int(args.handler(args, read_settings(args)))
+    except (SchedulerError, ReachError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
@@ -77,52 +83,46 @@ def add_core_commands(commands: Any) -> None:
 
 def add_node_routing_options(parser: argparse.ArgumentParser) -> None:
     """``--hooks`` and ``--group``: what a node can run (``node`` and ``serve``)."""
-    parser.add_argument("--hooks", default=os.environ.get("HAI_HOOKS"), metavar="MODULE:ATTR",
+    parser.add_argument("--hooks", metavar="MODULE:ATTR",
                         help="the application's hooks object (e.g. myapp.jobs:hooks; default HAI_HOOKS): "
                              "without it, this node runs no hook tasks")
     parser.add_argument("--group", action="append", dest="groups", metavar="NAME",
                         help="a node group this node serves (repeatable; default HAI_NODE_GROUPS, comma-separated)")
 
 
-def node_hooks(args: argparse.Namespace) -> object | None:
-    """The hooks ``--hooks`` names, imported now (the current directory is importable, as under
-    gunicorn): a typo is a named error before anything starts."""
+def node_hooks(args: argparse.Namespace, settings: Settings) -> object | None:
+    """The hooks ``--hooks`` / ``HAI_HOOKS`` name, imported now (the current directory is
+    importable, as under gunicorn): a typo is a named error before anything starts."""
     from scheduler_core.runtime.hooks import load_hooks
 
-    if not args.hooks:
+    if not settings.hooks:
         return None
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    return load_hooks(args.hooks, "--hooks")
+    return load_hooks(settings.hooks, "--hooks" if args.hooks else "HAI_HOOKS")
 
 
-def node_groups(args: argparse.Namespace) -> tuple[str, ...]:
-    from scheduler_core.config import groups_from_text
-
-    return tuple(args.groups) if args.groups else groups_from_text(os.environ.get("HAI_NODE_GROUPS"))
+def _engine(settings: Settings) -> Engine:
+    return create_engine(settings.database)
 
 
-def _engine(args: argparse.Namespace) -> tuple[Engine, DatabaseConfig]:
-    environ = dict(os.environ)
-    if args.database_url:
-        environ["HAI_DATABASE_URL"] = args.database_url
-    config = DatabaseConfig.from_env(environ)
-    return create_engine(config, environ=environ), config
-
-
-def _db_upgrade(args: argparse.Namespace) -> int:
-    engine, config = _engine(args)
+def _db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    engine = _engine(settings)
     try:
         state = upgrade(engine)
     finally:
         close_engine(engine)
     change = f"{state.previous or 'empty'} -> {state.current}" if state.changed else "already at head"
-    print(f"schema upgraded: {change} ({config.redacted()['url']})")
+    print(f"schema upgraded: {change} ({settings.database.redacted()['url']})")
     return 0
 
 
-def _db_status(args: argparse.Namespace) -> int:
-    engine, config = _engine(args)
+def _db_status(args: argparse.Namespace, settings: Settings) -> int:
+    config = settings.database
+    if config.type == "sqlite" and not os.path.exists(config.sqlite_path()):  # look, never create
+        print(f"no database: {config.sqlite_path()} does not exist (hai-scheduler db upgrade creates it)")
+        return NO_DATABASE
+    engine = _engine(settings)
     try:
         now_ms = health_check(engine)
         state = migration_state(engine)
@@ -138,17 +138,17 @@ def _db_status(args: argparse.Namespace) -> int:
     return 0 if state.up_to_date else 3
 
 
-def _node(args: argparse.Namespace) -> int:
+def _node(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here, not at the top: `db` commands and --help then start without the runtime.
     from scheduler_core.config import SchedulerConfig
     from scheduler_core.runtime import Scheduler
 
-    hooks = node_hooks(args)
-    settings: dict[str, Any] = {"max_concurrency": args.max_concurrency, "groups": node_groups(args)}
+    hooks = node_hooks(args, settings)
+    values: dict[str, Any] = {"max_concurrency": args.max_concurrency, "groups": settings.groups}
     if args.node_id:
-        settings["node_id"] = args.node_id
-    config = SchedulerConfig(**settings)
-    engine, _ = _engine(args)
+        values["node_id"] = args.node_id
+    config = SchedulerConfig(**values)
+    engine = _engine(settings)
     scheduler = Scheduler(engine, config, hooks=hooks)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -1,14 +1,15 @@
 """Flask application factory.
 
-Configuration comes from ``HAI_``-prefixed environment variables (``HAI_DATABASE_URL``,
-``HAI_SECRET_KEY``, ``HAI_ADMIN_PASSWORD``, ``HAI_ENV``), an optional JSON file named by
-``HAI_CONFIG_FILE``, and ``test_config``. Flask-SQLAlchemy owns the engine; scheduler_core
-gets it and does all the SQL. Every page needs a login except ``/healthz``.
+Configuration comes from the ``HAI_*`` settings the command line reads too, checked in one place
+(``scheduler_core.settings.read_settings``: ``HAI_DATABASE_URL``, ``HAI_SECRET_KEY``,
+``HAI_ADMIN_PASSWORD``, ``HAI_ENV``, the optional JSON file named by ``HAI_CONFIG_FILE``, ...),
+then ``test_config``. Flask-SQLAlchemy owns the engine, on the same absolute SQLite path the
+command line uses; scheduler_core gets it and does all the SQL. Every page needs a login except
+``/healthz``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from scheduler_core.errors import ReachConfigError
 from scheduler_core.reach import QueuePolicy
 from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
+from scheduler_core.settings import Settings, read_settings
 from webapp import audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
 from webapp.first_start import bootstrap_admin, secret_key
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
@@ -49,7 +51,7 @@ def _database_config(app: Flask) -> DatabaseConfig:
     return DatabaseConfig.from_env(environ)
 
 
-def _sized(options: dict[str, Any], app: Flask) -> dict[str, Any]:
+def _sized(options: dict[str, Any], app: Flask, threads: int = Settings.threads) -> dict[str, Any]:
     """One pool per worker process holds: every web thread's request, the node's handler
     threads plus its reserved connections (tick, lease keeper, operator call), and the
     notification round (its claims and ``queue.concurrency`` senders). Never smaller than the
@@ -59,21 +61,20 @@ def _sized(options: dict[str, Any], app: Flask) -> dict[str, Any]:
         senders = QueuePolicy.parse(reach.get("queue") if isinstance(reach, Mapping) else None).concurrency
     except (ReachConfigError, TypeError):
         senders = QueuePolicy().concurrency  # make_reach reports the bad setting by name
-    needed = int(os.environ.get("HAI_THREADS", "4")) + NODE_CONCURRENCY + RESERVED_CONNECTIONS + 1 + senders
+    needed = threads + NODE_CONCURRENCY + RESERVED_CONNECTIONS + 1 + senders
     options["pool_size"] = max(int(options.get("pool_size", 0)), needed)
     return options
 
 
 def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__, template_folder=str(_asset_dir("templates")), static_folder=str(_asset_dir("static")))
-    app.config.from_prefixed_env("HAI")
-    if os.environ.get("HAI_CONFIG_FILE"):
-        app.config.from_file(os.environ["HAI_CONFIG_FILE"], load=json.load)
+    settings = read_settings()  # the same checks as every command: strings stay strings
+    app.config.update(settings.dashboard_config())
     if test_config is not None:
         app.config.update(test_config)
     config = _database_config(app)
     app.config["SQLALCHEMY_DATABASE_URI"] = config.sqlalchemy_url().render_as_string(hide_password=False)
-    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _sized(engine_options(config), app)
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _sized(engine_options(config), app, settings.threads)
     app.config.setdefault("SECRET_KEY", None)
     app.config["SECRET_KEY"] = app.config["SECRET_KEY"] or secret_key(config)
     # Secure cookies whenever the dashboard is served over HTTPS: in production always (behind

@@ -3,6 +3,9 @@
   hai-scheduler serve [--bind HOST:PORT]           the dashboard under gunicorn, one node per worker
   hai-scheduler create-user NAME --role ROLE       add a user (password asked, or HAI_NEW_PASSWORD)
   hai-scheduler db upgrade | db status | node      see scheduler_core/cli.py
+
+Every command reads and checks its settings first (scheduler_core/settings.py): ``serve`` refuses
+a bad one with one line naming it before it binds a port or boots a worker.
 """
 
 from __future__ import annotations
@@ -10,70 +13,121 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from werkzeug.security import generate_password_hash
 
-from scheduler_core.cli import add_node_routing_options, build_parser, dispatch, node_groups, node_hooks
-from scheduler_core.config import SchedulerConfig
-from scheduler_core.db import DatabaseConfig, close_engine, create_engine, upgrade
+from scheduler_core.cli import add_node_routing_options, build_parser, dispatch, node_hooks
+from scheduler_core.db import close_engine, create_engine, upgrade
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import ROLES, Accounts, check_new_password, check_username
+from scheduler_core.settings import Settings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser, commands = build_parser()
     serve = commands.add_parser("serve", help="serve the dashboard (gunicorn; one scheduler node per worker)")
-    serve.add_argument("--bind", default=os.environ.get("HAI_BIND", "127.0.0.1:8000"), help="HOST:PORT")
-    serve.add_argument("--workers", type=int, default=int(os.environ.get("HAI_WORKERS", "2")))
+    serve.add_argument("--bind", metavar="HOST:PORT", help="default HAI_BIND, else 127.0.0.1:8000")
+    serve.add_argument("--workers", type=int, metavar="N", help="gunicorn workers, 1-256 (default HAI_WORKERS, else 2)")
     add_node_routing_options(serve)
     serve.set_defaults(handler=_serve)
-    user = commands.add_parser("create-user", help="create a dashboard user (or reset its password)")
+    user = commands.add_parser("create-user", help="create a dashboard user (or reset its password and role)")
     user.add_argument("name")
     user.add_argument("--role", choices=ROLES, required=True)
-    user.add_argument("--reset", action="store_true", help="set a new password for an existing user")
+    user.add_argument("--reset", action="store_true",
+                      help="for an existing user: set a new password, and the role given")
     user.set_defaults(handler=_create_user)
     return dispatch(parser, argv)
 
 
-def _serve(args: argparse.Namespace) -> int:
-    node_hooks(args)  # imported once here: a bad --hooks stops serve before any worker boots
-    groups = SchedulerConfig(groups=node_groups(args)).groups
-    if args.hooks:  # each worker builds its node from these (webapp.node.make_scheduler)
-        os.environ["HAI_HOOKS"] = args.hooks
-    os.environ["HAI_NODE_GROUPS"] = ",".join(groups)
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    node_hooks(args, settings)  # imported once here: a bad --hooks stops serve before any worker boots
+    _check_listen(settings.bind, "--bind" if args.bind is not None else "HAI_BIND")
+    close_engine(create_engine(settings.database))  # health-checked: an unreachable database stops it here
+    # gunicorn's master (gunicorn_conf.py) and each worker (webapp.node.make_scheduler) read the
+    # settings again: hand them the ones chosen here, flags included.
+    os.environ.update(HAI_BIND=settings.bind, HAI_WORKERS=str(settings.workers),
+                      HAI_NODE_GROUPS=",".join(settings.groups))
+    if settings.hooks:
+        os.environ["HAI_HOOKS"] = settings.hooks
     config = Path(__file__).with_name("gunicorn_conf.py")
-    command = [sys.executable, "-m", "gunicorn", "-c", str(config), "--bind", args.bind,
-               "--workers", str(args.workers), "webapp.wsgi:app"]
+    command = [sys.executable, "-m", "gunicorn", "-c", str(config), "--bind", settings.bind,
+               "--workers", str(settings.workers), "--threads", str(settings.threads), "webapp.wsgi:app"]
     os.execv(sys.executable, command)  # gunicorn takes over this process (signals go straight to it)
     return 0  # pragma: no cover
 
 
-def _create_user(args: argparse.Namespace) -> int:
-    password = os.environ.get("HAI_NEW_PASSWORD") or getpass.getpass(f"password for {args.name}: ")
+def _check_listen(bind: str, field: str) -> None:
+    """Listen on ``bind`` once and let go: a host that does not resolve, a port in use or a
+    privileged one is one line here, not gunicorn retrying for seconds."""
+    if bind.startswith("unix:"):
+        return
+    host, _, port = bind.rpartition(":")
     try:
-        check_username(args.name)
-        check_new_password(password, password)
-    except ConfigError as exc:
-        print(f"error: {exc.field} {exc.message}", file=sys.stderr)
-        return 1
-    engine = create_engine(DatabaseConfig.from_env())
+        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(field, f"cannot listen on {bind}: {reason} (give HOST:PORT, e.g. 127.0.0.1:8000)") from None
+
+
+def _create_user(args: argparse.Namespace, settings: Settings) -> int:
+    check_username(args.name)
+    password_hash = generate_password_hash(_new_password(args.name))
+    engine = create_engine(settings.database)
     try:
         upgrade(engine)
-        users = Accounts(engine)
-        if args.reset:
-            if not users.set_password(args.name, generate_password_hash(password)):
-                print(f"error: no user {args.name!r}", file=sys.stderr)
-                return 1
-        elif not users.create(args.name, args.role, generate_password_hash(password)):
-            print(f"error: user {args.name!r} exists (use --reset to change its password)", file=sys.stderr)
-            return 1
+        done = _reset(Accounts(engine), args.name, args.role, password_hash) if args.reset else \
+            _create(Accounts(engine), args.name, args.role, password_hash)
     finally:
         close_engine(engine)
-    print(f"user {args.name!r} ready ({args.role})")
+    print(done)
     return 0
+
+
+def _new_password(name: str) -> str:
+    """``HAI_NEW_PASSWORD``, else asked on the terminal; checked by the rule the dashboard applies."""
+    if os.environ.get("HAI_NEW_PASSWORD"):
+        return _checked_password(os.environ["HAI_NEW_PASSWORD"], "HAI_NEW_PASSWORD")
+    if not sys.stdin.isatty():
+        raise ConfigError("HAI_NEW_PASSWORD", "is required when there is no terminal to ask for the password")
+    try:
+        typed = getpass.getpass(f"password for {name}: ")
+    except EOFError:
+        raise ConfigError("password", "none was typed (end of input)") from None
+    return _checked_password(typed, "password")
+
+
+def _checked_password(password: str, field: str) -> str:
+    try:
+        return check_new_password(password, password)
+    except ConfigError as exc:
+        raise ConfigError(field, exc.message.removeprefix(f"{exc.field}: ")) from None
+
+
+def _create(users: Accounts, name: str, role: str, password_hash: str) -> str:
+    if not users.create(name, role, password_hash):
+        raise ConfigError("name", f"user {name!r} exists (--reset sets its password and role)")
+    return f"user {name!r} created ({role})"
+
+
+def _reset(users: Accounts, name: str, role: str, password_hash: str) -> str:
+    """The new password, and the role given: the role first, so that a refused change (the last
+    admin demoted) leaves the password as it was too."""
+    user = users.get(name)
+    if user is None:
+        raise ConfigError("name", f"no user {name!r} (without --reset, create-user creates it)")
+    if user.role != role:
+        users.set_role(name, role, user.updated_at)
+    if not users.set_password(name, password_hash):
+        raise ConfigError("name", f"no user {name!r}")
+    change = f"role {user.role} -> {role}" if user.role != role else f"role {role} unchanged"
+    return f"user {name!r}: password reset, {change}"
 
 
 if __name__ == "__main__":  # pragma: no cover

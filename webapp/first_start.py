@@ -1,8 +1,9 @@
 """The session signing key and the first admin, created on first start.
 
 The key is ``HAI_SECRET_KEY`` or, when absent, generated once and kept beside the SQLite file
-(``<db>.secret-key``) or in ``HAI_SECRET_KEY_FILE`` / ``./hai-secret.key`` for server
-databases -- never a hard-coded default. Every gunicorn worker reads the same file.
+(``<db>.secret-key``, the database's absolute path) or in ``HAI_SECRET_KEY_FILE`` /
+``./hai-secret.key`` for server databases -- never a hard-coded default. Every gunicorn worker
+reads the same file.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from werkzeug.security import generate_password_hash
 
 from scheduler_core.db import DatabaseConfig
 from scheduler_core.runtime.accounts import Accounts
+from scheduler_core.settings import check_admin_password
 
 ADMIN_NAME = "admin"
 
@@ -25,7 +28,7 @@ def _key_path(config: DatabaseConfig) -> Path:
     if os.environ.get("HAI_SECRET_KEY_FILE"):
         return Path(os.environ["HAI_SECRET_KEY_FILE"])
     if config.type == "sqlite":
-        return Path(f"{config.database}.secret-key")
+        return Path(f"{config.sqlite_path()}.secret-key")
     return Path("hai-secret.key")
 
 
@@ -42,10 +45,22 @@ def secret_key(config: DatabaseConfig) -> str:
 
 
 def bootstrap_admin(users: Accounts, password: str | None) -> None:
-    """Create ``admin`` when no user exists; a generated password is printed once."""
+    """Create ``admin`` when no user exists; a generated password is printed once, with the
+    command that changes it."""
     if users.count() > 0:
         return
-    chosen = password or secrets.token_urlsafe(12)
+    chosen = check_admin_password(password) if password else secrets.token_urlsafe(12)
     if users.create(ADMIN_NAME, "admin", generate_password_hash(chosen)) and not password:
-        print(f"hai-scheduler: created user '{ADMIN_NAME}' with password {chosen} (shown once; "
-              "change it with `hai-scheduler create-user admin --role admin --reset`)", file=sys.stderr, flush=True)
+        print(f"hai-scheduler: created user '{ADMIN_NAME}' with password {chosen} (shown once; change it with "
+              f"`{_command()} create-user {ADMIN_NAME} --role admin --reset`)", file=sys.stderr, flush=True)
+
+
+def _command() -> str:
+    """``hai-scheduler`` when it is on PATH, else the one beside this Python (``.venv/bin/...``,
+    relative to the current directory when inside it)."""
+    beside = Path(sys.executable).with_name("hai-scheduler")
+    if shutil.which("hai-scheduler") == str(beside) or not beside.exists():
+        return "hai-scheduler"
+    with contextlib.suppress(ValueError):
+        return str(Path(os.path.abspath(beside)).relative_to(Path.cwd()))
+    return str(beside)

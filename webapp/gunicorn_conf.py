@@ -7,12 +7,14 @@ its running attempts are handed over cleanly (docs/semantics.md, "Lifecycle").
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-bind = os.environ.get("HAI_BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("HAI_WORKERS", "2"))
-threads = int(os.environ.get("HAI_THREADS", "4"))
+from scheduler_core.settings import read_settings
+
+_settings = read_settings()  # HAI_BIND, HAI_WORKERS, HAI_THREADS, checked (serve passes its flags on top)
+bind = _settings.bind
+workers = _settings.workers
+threads = _settings.threads
 worker_class = "gthread"
 timeout = 60
 graceful_timeout = 30

@@ -150,10 +150,17 @@ class DatabaseConfig:
 
     # --- derived views -----------------------------------------------------------
 
+    def sqlite_path(self) -> str:
+        """The SQLite file as an absolute path. A relative path is taken from the current working
+        directory, the same for every entry point: the library, every command, and the dashboard
+        (Flask-SQLAlchemy would otherwise put it under the app's ``instance/`` folder)."""
+        return os.path.abspath(self.database)
+
     def sqlalchemy_url(self) -> URL:
-        """The SQLAlchemy URL with our driver for this type (contains the password)."""
+        """The SQLAlchemy URL with our driver for this type (contains the password); a SQLite
+        path is absolute (:meth:`sqlite_path`)."""
         if self.type == "sqlite":
-            return URL.create("sqlite", database=self.database)
+            return URL.create("sqlite", database=self.sqlite_path())
         return URL.create(
             _SA_DRIVERNAMES[self.type],
             username=self.user,

@@ -99,8 +99,8 @@ def test_create_user_refuses_bad_names_and_short_passwords(tmp_path: Path) -> No
     import sys
 
     env = {**os.environ, "HAI_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db"}
-    for name, password, message in (("bad name!", "long enough pw", "name"), ("dave", "short", "password")):
+    for name, password, message in (("bad name!", "long enough pw", "name"), ("dave", "short", "HAI_NEW_PASSWORD")):
         done = subprocess.run([sys.executable, "-m", "webapp.cli", "create-user", name, "--role", "viewer"],
                               capture_output=True, text=True, timeout=120, env={**env, "HAI_NEW_PASSWORD": password})
-        assert done.returncode == 1 and done.stderr.startswith(f"error: {message} "), done.stderr
+        assert done.returncode == 1 and done.stderr.startswith(f"error: hai:scheduler:012 {message}: "), done.stderr
         assert "Traceback" not in done.stderr

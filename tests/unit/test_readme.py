@@ -1,0 +1,91 @@
+"""Every code block of README.md is exercised: python blocks compile, the runnable ones run end to
+end on a temporary SQLite database, shell blocks are run or skipped for a reason stated here, and
+the command-line synopsis names only commands and options the parser has."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scheduler_core import TaskDefinition
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+# Shell blocks not run here, and why.
+SHELL_SKIPS = {
+    "./scripts/run": "serves until stopped; tests/webapp/test_processes.py runs the first start it makes",
+    "./scripts/test": "runs this suite itself",
+}
+# Python blocks that need servers (SMTP, SMS, a webhook receiver) are compiled only.
+RUNNABLE = ("scheduler = Scheduler(", "upgrade(engine)")
+
+
+def _blocks(language: str) -> list[tuple[int, str]]:
+    """(line number, code) of every fenced block in ``language`` ("" = plain text)."""
+    return [(README.count("\n", 0, found.start()) + 1, found.group(2)) for found in FENCE.finditer(README)
+            if found.group(1) == language]
+
+
+def test_blocks_are_python_shell_or_plain_text() -> None:
+    assert {found.group(1) for found in FENCE.finditer(README)} <= {"python", "sh", ""}
+    assert len(_blocks("python")) >= 4 and README.count("```") % 2 == 0
+
+
+@pytest.mark.parametrize(("line", "code"), _blocks("python"), ids=lambda value: str(value)[:12])
+def test_every_python_block_compiles(line: int, code: str) -> None:
+    compile(code, f"README.md:{line}", "exec")
+
+
+def test_every_shell_block_is_run_or_skipped_for_a_stated_reason() -> None:
+    for line, code in _blocks("sh"):
+        assert code.strip() in SHELL_SKIPS, f"README.md:{line}: a new shell block: run it here or say why not"
+
+
+@pytest.mark.parametrize("marker", RUNNABLE)
+def test_the_runnable_examples_run_end_to_end(marker: str, tmp_path: Path) -> None:
+    """As written, in a fresh directory: ``sqlite:///scheduler.db`` is a file in that directory."""
+    (code,) = [code for _, code in _blocks("python") if marker in code]
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "scheduler.db").is_file()
+    if "Scheduler(" in marker:
+        assert re.fullmatch(r"success [0-9a-f-]{36} persisted\n", done.stdout), done.stdout
+
+
+def test_the_handler_examples_are_valid_tasks() -> None:
+    (code,) = [code for _, code in _blocks("python") if '"kind": "python"' in code]
+    tasks = [eval(compile(ast.Expression(node.value), "README.md", "eval"), {"TaskDefinition": TaskDefinition})
+             for node in ast.parse(code).body if isinstance(node, ast.Expr)]
+    assert [task.id for task in tasks] == ["invoice-sync", "cleanup", "nightly-report"]
+    source = tasks[1].handler["code"] if isinstance(tasks[1].handler, dict) else tasks[1].handler.code
+    compile(source, "cleanup", "exec")  # the code string itself is Python
+
+
+def _help(words: list[str]) -> str:
+    from webapp.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        main([*words, "--help"])
+    assert done.value.code == 0
+    return out.getvalue()
+
+
+def test_the_command_line_synopsis_matches_the_parser() -> None:
+    (synopsis,) = [code for _, code in _blocks("") if code.startswith("hai-scheduler serve")]
+    lines = [line for line in synopsis.splitlines() if line.startswith("hai-scheduler ")]
+    assert len(lines) == 5
+    for line in lines:
+        words = line.split()[1:]
+        command = words[:2] if words[0] == "db" else words[:1]
+        text = _help(command)
+        for option in re.findall(r"--[a-z-]+", line):
+            assert option in text, f"{' '.join(command)} has no {option}"

@@ -1,0 +1,199 @@
+"""The real ``hai-scheduler`` commands refuse bad settings with one line before they bind, connect
+or create anything; ``create-user`` and ``db status`` say what they did (real processes, real
+SQLite files)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler_core.db import close_engine, create_engine
+from scheduler_core.runtime.accounts import Accounts
+
+pytestmark = pytest.mark.slow
+
+
+def _environ(**settings: str) -> dict[str, str]:
+    """This process's environment without any HAI_ setting but the test's own."""
+    kept = {name: value for name, value in os.environ.items()
+            if not name.startswith("HAI_") or name.startswith("HAI_TEST")}
+    return {**kept, **settings}
+
+
+def _run(args: list[str], cwd: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "webapp.cli", *args], cwd=cwd, env=_environ(**settings),
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          start_new_session=True)  # no controlling terminal: nothing can prompt
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str], field: str) -> str:
+    assert done.returncode == 1, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert done.stderr.startswith("error: hai:") and f" {field}: " in done.stderr, done.stderr
+    return done.stderr
+
+
+SMTP_WITHOUT_HOST = {"providers": [{"name": "mail", "type": "smtp"}]}
+SERVE_REFUSES = [
+    (["--bind", ""], {}, "--bind"),
+    (["--bind", ":8000"], {}, "--bind"),  # an empty host would listen on every interface
+    (["--bind", "garbage"], {}, "--bind"),
+    (["--bind", "127.0.0.1:99999"], {}, "--bind"),
+    (["--bind", "no-such-host.invalid:8000"], {}, "--bind"),
+    (["--workers", "0"], {}, "--workers"),
+    ([], {"HAI_BIND": ":8000"}, "HAI_BIND"),
+    ([], {"HAI_WORKERS": "abc"}, "HAI_WORKERS"),
+    ([], {"HAI_THREADS": "0"}, "HAI_THREADS"),
+    ([], {"HAI_DATABASE_URL": "bogus"}, "HAI_DATABASE_URL"),
+    ([], {"HAI_DATABASE_POOL_SIZE": "many"}, "HAI_DATABASE_POOL_SIZE"),
+    ([], {"HAI_ADMIN_PASSWORD": "x"}, "HAI_ADMIN_PASSWORD"),
+    ([], {"HAI_HOOKS": "hai_no_such_module:hooks"}, "HAI_HOOKS"),
+    ([], {"HAI_NODE_GROUPS": "ok,tab\there"}, "HAI_NODE_GROUPS"),
+    ([], {"HAI_REACH_CONFIG": "{conf}/smtp.json"}, "HAI_REACH_CONFIG"),
+    ([], {"HAI_CONFIG_FILE": "{conf}/database.json"}, "HAI_CONFIG_FILE.DATABASE_URL"),
+    ([], {"HAI_COOKIE_SECURE": "maybe"}, "HAI_COOKIE_SECURE"),
+    ([], {"HAI_ENV": "prod"}, "HAI_ENV"),
+    ([], {"HAI_ENV": "production"}, "HAI_DATABASE_URL"),  # SQLite, the default, is refused in production
+]
+
+
+@pytest.fixture
+def conf(tmp_path: Path) -> Path:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    (folder / "smtp.json").write_text(json.dumps(SMTP_WITHOUT_HOST))
+    (folder / "database.json").write_text(json.dumps({"DATABASE_URL": "sqlite:///other.db"}))
+    return folder
+
+
+@pytest.mark.parametrize(("args", "settings", "field"), SERVE_REFUSES)
+def test_serve_refuses_a_bad_setting_before_it_binds(args: list[str], settings: dict[str, str], field: str,
+                                                     tmp_path: Path, conf: Path) -> None:
+    if "--bind" not in args and field != "HAI_BIND":
+        args = [*args, "--bind", f"127.0.0.1:{_free_port()}"]
+    values = {name: value.replace("{conf}", str(conf)) for name, value in settings.items()}
+    message = _one_line_error(_run(["serve", *args], tmp_path, **values), field)
+    if field in ("--bind", "HAI_BIND"):
+        assert "HOST:PORT" in message
+    assert [path.name for path in tmp_path.iterdir()] == ["conf"], "something was created"
+
+
+def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        message = _one_line_error(_run(["serve", "--bind", f"127.0.0.1:{port}"], tmp_path), "--bind")
+    assert "HOST:PORT" in message and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("args", "settings", "field"), [
+    (["node"], {"HAI_DATABASE_URL": "bogus"}, "HAI_DATABASE_URL"),
+    (["node", "--group", "a\tb"], {}, "--group"),
+    (["db", "upgrade"], {"HAI_DATABASE_POOL_SIZE": "0"}, "HAI_DATABASE_POOL_SIZE"),
+    (["db", "status"], {"HAI_THREADS": "lots"}, "HAI_THREADS"),
+    (["create-user", "bob", "--role", "viewer"], {"HAI_DATABASE_URL": "bogus", "HAI_NEW_PASSWORD": "long enough"},
+     "HAI_DATABASE_URL"),
+])
+def test_node_db_and_create_user_refuse_bad_settings_too(args: list[str], settings: dict[str, str], field: str,
+                                                         tmp_path: Path) -> None:
+    _one_line_error(_run(args, tmp_path, **settings), field)
+    assert not list(tmp_path.iterdir()), "something was created"
+
+
+def test_a_flag_beats_a_bad_variable_in_every_process(tmp_path: Path) -> None:
+    """``serve --bind`` with a bad HAI_BIND serves: gunicorn's master reads the settings too, and
+    gets the ones serve chose."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--bind", f"127.0.0.1:{port}",
+                               "--workers", "1"], cwd=tmp_path, env=_environ(HAI_BIND=":1", HAI_WORKERS="0"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert server.poll() is None, server.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "serve did not listen"
+            time.sleep(0.2)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err[-3000:]
+
+
+def test_help_works_whatever_the_environment(tmp_path: Path) -> None:
+    for args in (["--help"], ["serve", "--help"], ["node", "--help"]):
+        done = _run(args, tmp_path, HAI_WORKERS="abc", HAI_BIND="garbage")
+        assert done.returncode == 0 and "usage: hai-scheduler" in done.stdout, done.stderr
+
+
+def test_db_status_never_creates_a_database(tmp_path: Path) -> None:
+    done = _run(["db", "status"], tmp_path)
+    assert done.returncode == 4 and done.stdout.startswith("no database: "), (done.stdout, done.stderr)
+    assert str(tmp_path / "scheduler.db") in done.stdout
+    elsewhere = _run(["db", "status", "--database-url", f"sqlite:///{tmp_path}/sub/x.db"], tmp_path)
+    assert elsewhere.returncode == 4 and not list(tmp_path.iterdir())
+    assert _run(["db", "upgrade"], tmp_path).returncode == 0
+    status = _run(["db", "status"], tmp_path)
+    assert status.returncode == 0 and json.loads(status.stdout)["schema"]["up_to_date"] is True, status.stderr
+
+
+def _user(url: str, name: str) -> tuple[str, str]:
+    engine = create_engine(url)
+    try:
+        user = Accounts(engine).get(name)
+    finally:
+        close_engine(engine)
+    assert user is not None
+    return user.role, user.password_hash
+
+
+def test_create_user_reset_with_a_role_changes_the_role_too(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/users.db"
+    created = _run(["create-user", "bob", "--role", "viewer"], tmp_path, HAI_DATABASE_URL=url,
+                   HAI_NEW_PASSWORD="bob password 1")
+    assert created.returncode == 0 and created.stdout == "user 'bob' created (viewer)\n", created.stderr
+    reset = _run(["create-user", "bob", "--role", "admin", "--reset"], tmp_path, HAI_DATABASE_URL=url,
+                 HAI_NEW_PASSWORD="bob password 2")
+    assert reset.returncode == 0, reset.stderr
+    assert reset.stdout == "user 'bob': password reset, role viewer -> admin\n"
+    role, hashed = _user(url, "bob")
+    assert role == "admin"
+    # bob is now the only admin: demoting him is refused, and his password stays as it was
+    refused = _run(["create-user", "bob", "--role", "viewer", "--reset"], tmp_path, HAI_DATABASE_URL=url,
+                   HAI_NEW_PASSWORD="bob password 3")
+    assert "last enabled admin" in _one_line_error(refused, "role")
+    assert _user(url, "bob") == ("admin", hashed)
+    missing = _run(["create-user", "nobody", "--role", "viewer", "--reset"], tmp_path, HAI_DATABASE_URL=url,
+                   HAI_NEW_PASSWORD="long enough")
+    assert "no user 'nobody'" in _one_line_error(missing, "name")
+
+
+def test_create_user_without_a_terminal_or_a_password_says_so(tmp_path: Path) -> None:
+    done = _run(["create-user", "bob", "--role", "viewer"], tmp_path)
+    assert "no terminal" in _one_line_error(done, "HAI_NEW_PASSWORD")
+    assert not list(tmp_path.iterdir())
+
+
+def test_create_user_messages_name_the_field_once(tmp_path: Path) -> None:
+    short = _run(["create-user", "bob", "--role", "viewer"], tmp_path, HAI_NEW_PASSWORD="short")
+    assert short.stderr == "error: hai:scheduler:012 HAI_NEW_PASSWORD: must have at least 8 characters\n"
+    bad_name = _run(["create-user", "bad name!", "--role", "viewer"], tmp_path, HAI_NEW_PASSWORD="long enough")
+    assert bad_name.stderr.startswith("error: hai:scheduler:012 name: must be ") and "name: name" not in bad_name.stderr
+    assert not list(tmp_path.iterdir())
