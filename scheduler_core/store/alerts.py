@@ -280,8 +280,8 @@ class AlertRepository:
     def counts_within(self, window_ms: int) -> dict[str, int]:
         """Alerts raised in the last ``window_ms`` (DB clock) by delivery status."""
         q = reach_queue.c
-        query = (select(q.status, func.count()).where(q.alert_rule.is_not(None), q.created_at >= db_now_ms() - window_ms)
-                 .group_by(q.status))
+        query = (select(q.status, func.count())
+                 .where(q.alert_rule.is_not(None), q.created_at >= db_now_ms() - window_ms).group_by(q.status))
         return read(self.engine, lambda conn: {row[0]: int(row[1]) for row in conn.execute(query)})
 
     # --- stored rules ---------------------------------------------------------------------------
