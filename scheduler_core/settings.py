@@ -48,13 +48,14 @@ class Settings:
     secret_key: str | None = field(default=None, repr=False)  # HAI_SECRET_KEY: session signing key
     cookie_secure: bool = False  # HAI_COOKIE_SECURE; defaults to true in production
     reach_config: str | None = None  # HAI_REACH_CONFIG: a JSON file of notification settings
+    public_url: str | None = None  # HAI_PUBLIC_URL: the dashboard's address, for links in alerts
     dashboard: Mapping[str, Any] = field(default_factory=dict, repr=False)  # HAI_CONFIG_FILE's object
 
     def dashboard_config(self) -> dict[str, Any]:
         """The Flask configuration these settings make: the file's keys, then the checked values."""
         values = dict(self.dashboard)
         values.update(HOOKS=self.hooks, NODE_GROUPS=self.groups, ADMIN_PASSWORD=self.admin_password,
-                      COOKIE_SECURE=self.cookie_secure, REACH_CONFIG=self.reach_config)
+                      COOKIE_SECURE=self.cookie_secure, REACH_CONFIG=self.reach_config, PUBLIC_URL=self.public_url)
         if self.secret_key:
             values["SECRET_KEY"] = self.secret_key
         return values
@@ -78,6 +79,7 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
         secret_key=_optional_text(*source.dashboard("SECRET_KEY")),
         cookie_secure=_flag(*source.dashboard("COOKIE_SECURE"), default=environment == "production"),
         reach_config=_reach_file(*source.dashboard("REACH_CONFIG"), source.environ),
+        public_url=_public_url(*source.dashboard("PUBLIC_URL")),
         dashboard=_checked_file(source),
     )
 
@@ -206,6 +208,14 @@ def _groups(value: Any, where: str) -> tuple[str, ...]:
         return SchedulerConfig(node_id="settings", groups=names).groups
     except ConfigError as exc:
         raise ConfigError(where, _bare(exc)) from None
+
+
+def _public_url(value: Any, where: str) -> str | None:
+    """An absolute http(s) address, used only to build links (e.g. https://scheduler.example)."""
+    text = _optional_text(value, where)
+    if text is not None and not text.startswith(("http://", "https://")):
+        _fail(where, "must be an http:// or https:// address, e.g. https://scheduler.example")
+    return text
 
 
 def _admin_password(value: Any, where: str) -> str | None:

@@ -64,7 +64,8 @@ def reach_config(app: Flask) -> Mapping[str, Any]:
 
 def make_reach(app: Flask, scheduler: Scheduler) -> Reach:
     """Notifications on the app's database; delivery rounds run on its scheduler's tick."""
-    reach = Reach(scheduler.engine, reach_config(app), node_id=scheduler.config.node_id, auto_migrate=False)
+    reach = Reach(scheduler.engine, reach_config(app), node_id=scheduler.config.node_id, auto_migrate=False,
+                  public_url=str(app.config.get("PUBLIC_URL") or ""))
     reach.init()
     reach.attach(scheduler)
     return reach

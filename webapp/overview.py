@@ -59,16 +59,20 @@ def chart(buckets: list[HourBucket]) -> dict[str, Any]:
 def _counters() -> dict[str, Any]:
     scheduler = scheduler_of(current_app)
     overview = scheduler.execution.overview()
-    queue = reach_of(current_app).queue.counts(cap=COUNT_CAP)
+    reach = reach_of(current_app)
+    queue = reach.queue.counts(cap=COUNT_CAP)
+    alerts = reach.alerts.counts(24)
     return {
         "overview": overview, "statuses": tuple(ExecutionStatus), "dead": queue.get("dead", 0),
         "unknown_deliveries": queue.get("unknown", 0), "count_cap": COUNT_CAP,
+        "alerts": sum(alerts.values()), "alerts_undelivered": sum(n for s, n in alerts.items() if s != "sent"),
         "card_links": {"tasks": url_for("tasks.index"),
                   "unknown": url_for("executions.unknown"),
                   "log_failures": url_for("logs.failures"),
                   "dead": url_for("notifications.dead"),
                   "unknown_deliveries": url_for("notifications.unknown"),
-                  "nodes": url_for("nodes.index")},
+                  "nodes": url_for("nodes.index"),
+                  "alerts": url_for("alerts.index")},
     }
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -34,6 +35,11 @@ MYSQL_TABLE_OPTIONS: dict[str, Any] = {
     "mysql_engine": "InnoDB",
     "mysql_charset": "utf8mb4",
 }
+
+
+def nopad_collation(dialect: Any) -> str:
+    """The binary NO PAD collation of a MySQL server: ids compare byte for byte (migration 0006)."""
+    return "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
 
 ID_LENGTH = 128  # task ids, node ids, idempotency keys, sources
 OCCURRENCE_ID_LENGTH = 64
@@ -222,9 +228,51 @@ reach_queue = Table(
     Column("resolved_by", String(ID_LENGTH), nullable=True),
     _ms("created_at"),
     _ms("updated_at"),
+    Column("urgent", Boolean, nullable=False, server_default=false()),  # delivered during do-not-disturb too
+    Column("alert_rule", String(ID_LENGTH), nullable=True),  # an alert: the rule that raised it
     Index(None, "status", "next_attempt_at"),  # rounds: due pending rows
     Index(None, "status", "locked_until"),  # expired leases
     Index(None, "status", "updated_at", "queue_id"),  # dead / unknown lists (keyset pages)
+    Index(None, "alert_rule", "created_at"),  # the alerts list
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# --- alerts ----------------------------------------------------------------------------
+
+# Rules stored from the dashboard (rules from the configuration live in memory).
+alert_rules = Table(
+    "alert_rules",
+    metadata,
+    Column("name", String(ID_LENGTH), primary_key=True),
+    Column("definition", Json, nullable=False),
+    _ms("created_at"),
+    _ms("updated_at"),
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# One row per (rule, fact): a fact alerts once, whatever nodes or crashes see it again.
+alert_facts = Table(
+    "alert_facts",
+    metadata,
+    Column("rule", String(ID_LENGTH), primary_key=True),
+    Column("event_key", String(255), primary_key=True),
+    Column("event", String(32), nullable=False),
+    Column("scope", String(ID_LENGTH), nullable=False),  # the task (or the event) a throttle counts per
+    Column("queue_id", String(36), nullable=True),  # the alert it went out with; None: folded
+    Column("folded", Boolean, nullable=False),
+    _ms("created_at"),
+    Index(None, "created_at"),
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# Per rule and scope: when the last alert went out, and how many facts were folded since.
+alert_throttles = Table(
+    "alert_throttles",
+    metadata,
+    Column("rule", String(ID_LENGTH), primary_key=True),
+    Column("scope", String(ID_LENGTH), primary_key=True),
+    _ms("last_sent_at"),
+    Column("folded", Integer, nullable=False),
     **MYSQL_TABLE_OPTIONS,
 )
 

@@ -124,10 +124,11 @@ class ReachConfig:
     templates: tuple[TemplateConfig, ...]
     dnd: DndConfig
     queue: QueuePolicy
+    alerts: Any = None  # the "alerts" list as given (reach.alert_rules.parse_rules reads it)
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> ReachConfig:
-        _keys("reach", values, ("providers", "templates", "dnd", "queue"))
+        _keys("reach", values, ("providers", "templates", "dnd", "queue", "alerts"))
         providers = values.get("providers") or []
         templates = values.get("templates") or []
         if not isinstance(providers, list | tuple) or not isinstance(templates, list | tuple):
@@ -137,4 +138,4 @@ class ReachConfig:
             _keys(f"templates[{index}]", item, ("name", "provider", "subject", "body"))
             parsed.append(TemplateConfig(**item))
         return cls(tuple(providers), tuple(parsed), DndConfig.parse(values.get("dnd")),
-                   QueuePolicy.parse(values.get("queue")))
+                   QueuePolicy.parse(values.get("queue")), values.get("alerts"))

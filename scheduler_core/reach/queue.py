@@ -80,7 +80,8 @@ class DeliveryRounds:
         self.providers = providers
         self.concurrency = concurrency
 
-    def run(self) -> RoundReport:
+    def run(self, urgent_only: bool = False) -> RoundReport:
+        """One round; ``urgent_only`` (do-not-disturb): only messages marked urgent are claimed."""
         recovered = self.recover_expired()
         eligible_at = self.repo.now()  # fixed for the round
         counts = {"claimed": 0, "sent": 0, "retried": 0, "dead": 0, "unknown": 0, "lost": 0}
@@ -105,7 +106,7 @@ class DeliveryRounds:
                 free.acquire()  # claim only for a free sender: a claimed row never waits
                 token = str(uuid.uuid4())
                 try:
-                    message = self.repo.claim_next(eligible_at, token)
+                    message = self.repo.claim_next(eligible_at, token, urgent_only)
                 except BaseException:
                     free.release()
                     raise  # the senders at work finish first (the pool's exit waits for them)

@@ -34,9 +34,13 @@ from scheduler_core.errors import (
     SendFailedError,
     TemplateNotFoundError,
 )
+from scheduler_core.reach.alert_rules import parse_rules
+from scheduler_core.reach.alerts import Alerts
 from scheduler_core.reach.base import Provider, RenderedMessage
 from scheduler_core.reach.config import (
     TEMPLATE_SUBJECT_MAX,
+    DndConfig,
+    QueuePolicy,
     ReachConfig,
     TemplateConfig,
     check_template,
@@ -67,7 +71,7 @@ class SendResult:
 
 class Reach:
     def __init__(self, engine: Engine | None, config: Mapping[str, Any], *, node_id: str | None = None,
-                 environ: Mapping[str, str] | None = None, auto_migrate: bool = True) -> None:
+                 environ: Mapping[str, str] | None = None, auto_migrate: bool = True, public_url: str = "") -> None:
         self._engine = engine
         self._raw_config = config
         self._node_id = node_id or f"reach-{uuid.uuid4().hex[:8]}"
@@ -81,6 +85,9 @@ class Reach:
         self._last_round_minute: int | None = None
         self.queue = QueueOperations(self._require_queue, lambda: self._require_config().dnd)
         self.templates = TemplateOperations(self)
+        self.alerts = Alerts(self)
+        self._public_url = check_text(public_url, "public_url", 2_048, ReachConfigError, blank=True)
+        self._alert_lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -99,6 +106,11 @@ class Reach:
             self._queue_repo = QueueRepository(self._engine, self._node_id, config.queue.lease_ms)
             self._rounds = DeliveryRounds(self._queue_repo, lambda: self._providers, config.queue.concurrency)
         self._config, self._providers = config, providers
+        try:
+            self.alerts.configure(parse_rules(config.alerts), self._public_url)
+        except ReachConfigError:
+            self._config, self._providers = None, {}
+            raise
 
     def _prepare_database(self) -> None:
         assert self._engine is not None
@@ -211,22 +223,42 @@ class Reach:
     # --- rounds -----------------------------------------------------------------------------------
 
     def run_round(self) -> RoundReport:
-        """One delivery round now (outside do-not-disturb); at most one at a time per node."""
+        """One delivery round now; at most one at a time per node. During do-not-disturb only
+        urgent messages (alerts of rules that bypass it) are delivered."""
         if self._rounds is None:
             raise ReachNotInitializedError("reach has no database: there is no queue")
         config = self._require_config()
-        if in_window(config.dnd, self._now()):
-            return RoundReport()
         with self._round_lock:
-            return self._rounds.run()
+            return self._rounds.run(urgent_only=in_window(config.dnd, self._now()))
 
     def on_tick(self, now_ms: int) -> None:
-        """Called by the scheduler node each tick: start a round once per minute, in the background."""
+        """Called by the scheduler node each tick: start a round once per minute, in the background;
+        and when the alert probe (one statement) says something new happened, scan for alerts and
+        deliver them at once, in the background too."""
+        if self._rounds is None:
+            return
+        if not self._alert_lock.locked() and self._alerts_due():
+            threading.Thread(target=self._alerts_in_background, name="hai-reach-alerts", daemon=True).start()
         minute = now_ms // 60_000
-        if self._rounds is None or minute == self._last_round_minute or self._round_lock.locked():
+        if minute == self._last_round_minute or self._round_lock.locked():
             return
         self._last_round_minute = minute
         threading.Thread(target=self._round_in_background, name="hai-reach-round", daemon=True).start()
+
+    def _alerts_due(self) -> bool:
+        try:
+            return self.alerts.due()
+        except Exception:
+            logger.warning("alert probe failed; the next tick asks again", exc_info=True)
+            return False
+
+    def _alerts_in_background(self) -> None:
+        with self._alert_lock:
+            try:
+                if self.alerts.scan():
+                    self._round_in_background()  # deliver what was raised now, not at the next minute
+            except Exception:
+                logger.warning("alert scan failed; the next tick retries", exc_info=True)
 
     def _round_in_background(self) -> None:
         """The minute's round, followed at once by further rounds while each one was full.
@@ -263,6 +295,15 @@ class Reach:
         if self._config is None:
             raise ReachNotInitializedError("reach is not initialised; call init() first")
         return self._config
+
+    def require_engine(self) -> Engine:
+        return self._require_engine()
+
+    def dnd(self) -> DndConfig:
+        return self._require_config().dnd
+
+    def queue_policy(self) -> QueuePolicy:
+        return self._require_config().queue
 
     def _require_engine(self) -> Engine:
         self._require_config()

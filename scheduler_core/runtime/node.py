@@ -27,6 +27,7 @@ from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_pr
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
+from scheduler_core.store.alerts import AlertRepository
 from scheduler_core.store.transactions import AutocommitLine, read
 
 logger = logging.getLogger("scheduler_core.node")
@@ -288,6 +289,7 @@ class Node:
                             self.ctx.config.missed_lookback_ms)
             self.ctx.handoff.journal_missed(plan.missed)
             self.ctx.handoff.enqueue(plan.catchup)
+            AlertRepository(self.ctx.executions.engine).record_gap(through + MINUTE_MS, current - MINUTE_MS)
             logger.warning("node %s: no node planned %s minute(s) before this one; journaled %d missed, queued %d "
                            "catch-up run(s)", self.ctx.node_id, (current - through) // MINUTE_MS - 1,
                            len(plan.missed), len(plan.catchup))

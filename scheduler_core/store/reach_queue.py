@@ -108,7 +108,7 @@ class QueueRepository:
 
     # --- a round's claims and the owner's writes ------------------------------------------
 
-    def claim_next(self, eligible_at: int, token: str) -> QueuedMessage | None:
+    def claim_next(self, eligible_at: int, token: str, urgent_only: bool = False) -> QueuedMessage | None:
         """Claim one ``pending`` row due at ``eligible_at`` (fixed per round): status
         ``processing``, our token, a lease, ``attempt_count + 1`` (counted at claim, so a crash
         after it still uses up the attempt). None when nothing is due.
@@ -120,6 +120,8 @@ class QueueRepository:
         due = (select(reach_queue.c.queue_id)
                .where(reach_queue.c.status == "pending", reach_queue.c.next_attempt_at <= eligible_at)
                .order_by(reach_queue.c.next_attempt_at, reach_queue.c.queue_id).limit(8))
+        if urgent_only:
+            due = due.where(reach_queue.c.urgent.is_(True))
         for _ in range(CLAIM_READS):
             candidates: list[str] = read(self.engine, lambda conn: list(conn.execute(due).scalars()))
             if not candidates:

@@ -122,3 +122,19 @@ def test_database_errors_name_the_variable_without_repeating_it() -> None:
     with pytest.raises(DatabaseConfigError) as info:
         read_settings(environ={"HAI_DATABASE_POOL_SIZE": "0"})
     assert str(info.value) == "hai:reldb:012 HAI_DATABASE_POOL_SIZE: must be an integer between 1 and 1000 (got 0)"
+
+
+def test_the_public_url_is_an_http_address() -> None:
+    from scheduler_core.errors import ConfigError
+    from scheduler_core.settings import read_settings
+
+    base = {"HAI_DATABASE_URL": "sqlite:///x.db"}
+    assert read_settings(environ={**base, "HAI_PUBLIC_URL": "https://scheduler.example"}).public_url == (
+        "https://scheduler.example")
+    assert read_settings(environ=base).dashboard_config()["PUBLIC_URL"] is None
+    try:
+        read_settings(environ={**base, "HAI_PUBLIC_URL": "scheduler.example"})
+    except ConfigError as exc:
+        assert exc.field == "HAI_PUBLIC_URL"
+    else:
+        raise AssertionError("a public URL without a scheme was accepted")

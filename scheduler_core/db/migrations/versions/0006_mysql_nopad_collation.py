@@ -17,6 +17,8 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import text
 
+from scheduler_core.db.tables import nopad_collation
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -24,10 +26,6 @@ depends_on = None
 
 TABLES = ("tasks", "slots", "executions", "logs", "nodes", "scheduler_meta", "reach_templates", "reach_queue",
           "users", "audit_log")
-
-
-def nopad_collation(is_mariadb: bool) -> str:
-    return "utf8mb4_nopad_bin" if is_mariadb else "utf8mb4_0900_bin"
 
 
 def _convert(collation: str) -> None:
@@ -38,7 +36,7 @@ def _convert(collation: str) -> None:
 def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name == "mysql":
-        _convert(nopad_collation(bool(getattr(bind.dialect, "is_mariadb", False))))
+        _convert(nopad_collation(bind.dialect))
 
 
 def downgrade() -> None:

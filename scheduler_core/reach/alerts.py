@@ -1,0 +1,308 @@
+"""Alerts: the scheduler tells people, through its own delivery queue, when something needs them.
+
+Detection rides on the node's tick: one probe statement tells whether any detector has something
+new; only then do the detectors read (in the background, with the delivery round that follows).
+Each fact has a stable key; ``AlertRepository.raise_alert`` records it per rule and queues the
+alert in one transaction, so a fact alerts once whatever node sees it, and however often
+(docs/semantics.md, "Alerts").
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFoundError
+from scheduler_core.reach.alert_rules import ALERT_VARIABLES, AlertEvent, AlertRule
+from scheduler_core.reach.dnd import in_window, window_end_ms
+from scheduler_core.reach.templates import render, variables
+from scheduler_core.statuses import ExecutionStatus
+from scheduler_core.store.alerts import AlertMessage, AlertRepository, JournalEvent, Probe
+from scheduler_core.validation import check_int, check_ms, check_optional_text
+
+if TYPE_CHECKING:
+    from scheduler_core.reach.service import Reach
+
+logger = logging.getLogger("scheduler_core.reach.alerts")
+PAGE = 200  # facts read per statement
+PAGES = 20  # statements one scan reads per detector at most (the rest: the next scan)
+OVERLAP_MS = 60_000  # read again what changed this long before the cursor: a late commit is not skipped
+FIRST_LOOK_MS = 3_600_000  # the first scan ever looks back this far, not over all history
+LINGER_EVERY_MS = 60_000  # the detectors of lasting conditions run at most this often
+STORED_RULES_TTL_S = 15.0
+JOURNAL_EVENT = {ExecutionStatus.UNKNOWN: AlertEvent.EXECUTION_UNKNOWN,
+                 ExecutionStatus.FAILED: AlertEvent.EXECUTION_FAILED,
+                 ExecutionStatus.MISSED: AlertEvent.EXECUTION_MISSED}
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One thing that happened, once: what every rule covering it alerts about."""
+
+    event: AlertEvent
+    key: str  # stable: the same fact seen again has the same key
+    scope: str  # what a throttle counts per: the task, or the event for facts without one
+    task_id: str | None
+    node_group: str | None
+    values: dict[str, str] = field(default_factory=dict)  # template variables (ALERT_VARIABLES)
+
+
+class Alerts:
+    """``reach.alerts``: rules (configured and stored), detection, a test alert, the list."""
+
+    def __init__(self, reach: Reach) -> None:
+        self._reach = reach
+        self._configured: tuple[AlertRule, ...] = ()
+        self._stored: tuple[AlertRule, ...] = ()
+        self._stored_at = 0.0
+        self._lock = threading.Lock()
+        self._seen: dict[str, int | None] = {}  # what the last probe said, per detector
+        self._lingered_at = 0
+        self._probe: Probe | None = None  # the last probe (due() reads it; scan() starts from it)
+        self.public_url = ""
+
+    def configure(self, rules: tuple[AlertRule, ...], public_url: str) -> None:
+        for rule in rules:
+            self.check(rule)
+        self._configured, self.public_url = rules, public_url.rstrip("/")
+
+    def _repo(self) -> AlertRepository:
+        return AlertRepository(self._reach.require_engine())
+
+    # --- rules ---------------------------------------------------------------------------------
+
+    def rules(self) -> list[AlertRule]:
+        """Configured rules, then stored ones (read again at most every few seconds)."""
+        return [*self._configured, *self._stored_rules()]
+
+    def configured(self) -> tuple[AlertRule, ...]:
+        """The rules of the configuration (read-only)."""
+        return self._configured
+
+    def _stored_rules(self) -> tuple[AlertRule, ...]:
+        now = time.monotonic()
+        if now - self._stored_at > STORED_RULES_TTL_S:
+            stored = []
+            for name, definition, _ in self._repo().rules():
+                try:
+                    stored.append(AlertRule.parse({**definition, "name": name}, f"alerts.{name}"))
+                except ReachConfigError:
+                    logger.warning("stored alert rule %r is unreadable; it raises nothing", name, exc_info=True)
+            self._stored, self._stored_at = tuple(stored), now
+        return self._stored
+
+    def check(self, rule: AlertRule) -> None:
+        """The rule names a template and provider that exist, and the template uses only the
+        alert variables: a typo is refused when the rule is made, not when something breaks."""
+        where = f"alerts.{rule.name}"
+        try:
+            template = self._reach.find_template(rule.template)
+        except TemplateNotFoundError:
+            raise ReachConfigError(f"{where}.template", f"names no template ({rule.template!r})") from None
+        unknown = sorted((variables(template.body) | variables(template.subject)) - set(ALERT_VARIABLES))
+        if unknown:
+            raise ReachConfigError(f"{where}.template", f"{rule.template!r} uses {', '.join(unknown)}: alert "
+                                                        f"templates may use {', '.join(ALERT_VARIABLES)}")
+        provider = rule.provider or template.provider
+        if provider not in self._reach.provider_names():
+            raise ReachConfigError(f"{where}.provider", f"names no configured provider ({provider!r})")
+
+    def save_rule(self, definition: dict[str, Any], expected_updated_at: int | None = None) -> AlertRule:
+        """Store a rule (new, or at the version read); the same checks as a configured one."""
+        rule = AlertRule.parse(definition)
+        if expected_updated_at is not None:
+            check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
+        if any(r.name == rule.name for r in self._configured):
+            raise ReachConfigError("alerts.name", f"{rule.name!r} is a configured rule (read-only)")
+        self.check(rule)
+        stored = {k: v for k, v in rule.to_json().items() if k != "name"}
+        if not self._repo().save_rule(rule.name, stored, expected_updated_at):
+            raise ReachError(f"alert rule {rule.name!r} exists already, or changed since it was read",
+                             rule=rule.name, conflict=True)
+        self._stored_at = 0.0
+        return rule
+
+    def delete_rule(self, name: str, expected_updated_at: int) -> None:
+        check_optional_text(name, "name", 128, ReachConfigError)
+        check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
+        if not self._repo().delete_rule(name, expected_updated_at):
+            raise ReachError(f"alert rule {name!r} changed since it was read, or is gone", rule=name, conflict=True)
+        self._stored_at = 0.0
+
+    def stored_versions(self) -> dict[str, int]:
+        """Each stored rule's ``updated_at`` (what an edit or delete compares with)."""
+        return {name: updated for name, _, updated in self._repo().rules()}
+
+    # --- detection -------------------------------------------------------------------------------
+
+    def due(self) -> bool:
+        """One statement: whether a detector has something new (the tick's question)."""
+        if not self.rules():
+            return False
+        probe = self._repo().probe()
+        changed = self._changed(probe)
+        self._probe = probe
+        return changed
+
+    def _changed(self, probe: Probe) -> bool:
+        latest = {"journal": probe.journal_latest, "dead": probe.dead_latest, "gap": probe.last_gap_from}
+        new = any(self._seen.get(name, -1) != value for name, value in latest.items())
+        self._seen.update(latest)
+        lasting = [probe.oldest_pending_log, probe.oldest_unknown, probe.oldest_running, probe.oldest_heartbeat]
+        soonest = min((r.after_ms for r in self.rules()), default=None)
+        lingering = soonest is not None and any(v is not None and v < probe.now_ms - soonest for v in lasting)
+        return new or (lingering and probe.now_ms - self._lingered_at >= LINGER_EVERY_MS)
+
+    def scan(self) -> int:
+        """Read what is new and raise an alert per fact and rule; returns how many were queued."""
+        with self._lock:
+            probe, self._probe = self._probe or self._repo().probe(), None
+            rules = self.rules()
+            facts = [*self._journal_facts(probe), *self._dead_facts(probe), *self._gap_facts(probe, rules)]
+            if probe.now_ms - self._lingered_at >= LINGER_EVERY_MS:
+                facts += self._lasting_facts(probe, rules)
+                self._lingered_at = probe.now_ms
+            return sum(self._raise(fact, rule, probe.now_ms) for fact in facts for rule in rules
+                       if fact.event in rule.events and rule.covers(fact.task_id, fact.node_group))
+
+    def _journal_facts(self, probe: Probe) -> Iterator[Fact]:
+        repo = self._repo()
+        for event in self._pages("journal", probe, repo.journal_events, lambda e: (e.updated_at, e.occurrence_id)):
+            kind = JOURNAL_EVENT[ExecutionStatus(event.status)]
+            yield self._execution_fact(kind, event, f"{kind}:{event.occurrence_id}")
+
+    def _dead_facts(self, probe: Probe) -> Iterator[Fact]:
+        repo = self._repo()
+        for row in self._pages("dead", probe, repo.dead_letters, lambda r: (int(r.updated_at), r.queue_id)):
+            if row.alert_rule is not None:
+                continue  # an alert that could not be delivered: alerting about it would loop
+            yield Fact(AlertEvent.QUEUE_DEAD, f"queue.dead:{row.queue_id}:{row.updated_at}", "queue.dead", None, None,
+                       {"occurrence_id": row.queue_id, "status": "dead", "reason": row.last_failure or "",
+                        "summary": f"notification {row.queue_id} ({row.provider}) is dead: {row.last_failure}",
+                        "link": self._link("/notifications/dead")})
+
+    def _pages(self, name: str, probe: Probe, read: Any, position: Any) -> Iterator[Any]:
+        """Everything changed after the detector's cursor (less an overlap), page by page; the
+        cursor moves to the last change read."""
+        repo = self._repo()
+        cursor = repo.cursor(name) or probe.now_ms - FIRST_LOOK_MS
+        after: tuple[int, str] = (max(0, cursor - OVERLAP_MS), "")
+        for _ in range(PAGES):
+            rows = read(after, PAGE)
+            yield from rows
+            if rows:
+                after = position(rows[-1])
+            if len(rows) < PAGE:
+                break
+        repo.advance_cursor(name, after[0])
+
+    def _gap_facts(self, probe: Probe, rules: list[AlertRule]) -> Iterator[Fact]:
+        gap = probe.last_gap_to - probe.last_gap_from + 60_000 if probe.last_gap_from else 0
+        if gap and any(gap >= r.after_ms for r in rules if AlertEvent.CLUSTER_IDLE in r.events):
+            yield Fact(AlertEvent.CLUSTER_IDLE, f"cluster.idle:{probe.last_gap_from}", "cluster", None, None,
+                       {"summary": f"no node ran for {gap // 60_000} minute(s) from {_iso(probe.last_gap_from)}",
+                        "at": _iso(probe.last_gap_from), "link": self._link("/")})
+
+    def _lasting_facts(self, probe: Probe, rules: list[AlertRule]) -> list[Fact]:
+        repo, facts = self._repo(), []
+        for event, lister in ((AlertEvent.TASK_BLOCKED, self._blocked), (AlertEvent.LOG_PENDING, self._pending),
+                              (AlertEvent.NODE_LOST, self._lost)):
+            after = min((r.after_ms for r in rules if event in r.events), default=None)
+            if after is not None:
+                facts += lister(repo, probe.now_ms - after)
+        return facts
+
+    def _blocked(self, repo: AlertRepository, older_than: int) -> list[Fact]:
+        held = [*repo.lingering(ExecutionStatus.UNKNOWN, older_than, PAGE),
+                *repo.lingering(ExecutionStatus.RUNNING, older_than, PAGE)]
+        return [self._execution_fact(AlertEvent.TASK_BLOCKED, e, f"task.blocked:{e.occurrence_id}") for e in held]
+
+    def _pending(self, repo: AlertRepository, older_than: int) -> list[Fact]:
+        return [self._execution_fact(AlertEvent.LOG_PENDING, e, f"log.pending:{e.occurrence_id}")
+                for e in repo.pending_logs(older_than, PAGE)]
+
+    def _lost(self, repo: AlertRepository, older_than: int) -> list[Fact]:
+        return [Fact(AlertEvent.NODE_LOST, f"node.lost:{n.node_id}:{n.started_at}", n.node_id, None, None,
+                     {"node_id": n.node_id, "at": _iso(int(n.last_seen_at)), "link": self._link("/nodes/"),
+                      "summary": f"node {n.node_id} ({n.host}, pid {n.pid}) stopped heartbeating at "
+                                 f"{_iso(int(n.last_seen_at))}"})
+                for n in repo.lost_nodes(older_than)]
+
+    def _execution_fact(self, event: AlertEvent, e: JournalEvent, key: str) -> Fact:
+        page = "/executions/unknown" if e.status == ExecutionStatus.UNKNOWN else f"/executions/?task={e.task_id}"
+        values = {"task_id": e.task_id, "task_name": e.task_name or e.task_id, "occurrence_id": e.occurrence_id,
+                  "status": e.status, "reason": e.reason or "", "error": (e.error or "")[:500],
+                  "node_id": e.owner_node or "", "scheduled": _iso(e.scheduled_minute), "at": _iso(e.updated_at),
+                  "link": self._link(page),
+                  "summary": f"{e.task_name or e.task_id}: {event} ({e.status}{', ' + e.reason if e.reason else ''})"}
+        return Fact(event, key, e.task_id, e.task_id, e.node_group, values)
+
+    def _link(self, path: str) -> str:
+        return f"{self.public_url}{path}" if self.public_url else path
+
+    # --- raising -----------------------------------------------------------------------------------
+
+    def _raise(self, fact: Fact, rule: AlertRule, now_ms: int) -> int:
+        try:
+            raised = self._repo().raise_alert(rule.name, fact.event, fact.key, fact.scope, rule.throttle_ms,
+                                              lambda folded: self._message(rule, fact, folded, now_ms))
+        except ReachError:
+            logger.warning("alert %s for %s could not be queued", rule.name, fact.key, exc_info=True)
+            return 0
+        return int(raised.queue_id is not None)
+
+    def _message(self, rule: AlertRule, fact: Fact, folded: int, now_ms: int) -> AlertMessage:
+        template = self._reach.find_template(rule.template)
+        values = {name: "" for name in ALERT_VARIABLES}
+        values.update(fact.values, event=str(fact.event), rule=rule.name, folded=str(folded))
+        subject = render(template.subject, values, f"template {template.name} subject") if template.subject else None
+        body = render(template.body, values, f"template {template.name} body")
+        dnd = self._reach.dnd()
+        held = not rule.bypass_dnd and in_window(dnd, now_ms)
+        policy = self._reach.queue_policy()
+        return AlertMessage(provider=rule.provider or template.provider, recipient=rule.to,
+                            subject=" ".join(subject.split()) if subject else None, body=body,
+                            urgent=rule.bypass_dnd, not_before=window_end_ms(dnd, now_ms) if held else None,
+                            policy=(policy.max_attempts, policy.retry_delay_ms, policy.max_retry_delay_ms))
+
+    def recent(self, limit: int = 50) -> list[Any]:
+        """The newest alerts with their delivery status (metadata only)."""
+        return self._repo().recent(check_int(limit, "limit", 1, 200, ReachConfigError))
+
+    def counts(self, hours: int = 24) -> dict[str, int]:
+        """Alerts raised in the last ``hours`` by delivery status (DB clock)."""
+        return self._repo().counts_within(check_int(hours, "hours", 1, 168, ReachConfigError) * 3_600_000)
+
+    def send_test(self, name: str) -> str:
+        """Queue a test alert of a rule now (not throttled, not deduplicated); its queue id."""
+        rule = next((r for r in self.rules() if r.name == name), None)
+        if rule is None:
+            raise ReachConfigError("rule", f"no alert rule {name!r}")
+        key = f"test:{uuid.uuid4()}"
+        fact = Fact(rule.events[0], key, key, None, None, {"summary": f"test alert of rule {name}",
+                                                          "link": self._link("/notifications/alerts")})
+        now = self._repo().probe().now_ms
+        raised = self._repo().raise_alert(rule.name, "test", key, key, rule.throttle_ms,
+                                          lambda folded: self._message(rule, fact, folded, now))
+        assert raised.queue_id is not None
+        return raised.queue_id
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def covered(rules: Iterable[AlertRule], task_ids: Iterable[str]) -> dict[str, int]:
+    """How many of ``task_ids`` each rule's glob matches (the rules page warns about none)."""
+    ids = list(task_ids)
+    return {rule.name: sum(1 for t in ids if rule.tasks is None or fnmatch.fnmatchcase(t, rule.tasks))
+            for rule in rules}
