@@ -153,15 +153,37 @@ def _node(args: argparse.Namespace, settings: Settings) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    reach = None
     try:
         scheduler.init()
+        reach = _node_reach(settings, scheduler)
         scheduler.start()
         print(f"node {scheduler.config.node_id} running; SIGTERM or Ctrl-C stops it", flush=True)
         stop.wait()
     finally:
+        if reach is not None:
+            reach.close()
         scheduler.close()
         close_engine(engine)
     return 0
+
+
+def _node_reach(settings: Settings, scheduler: Any) -> Any:
+    """Notifications on the node's tick (delivery rounds, alerts) when they are configured
+    (HAI_REACH_CONFIG, or REACH in HAI_CONFIG_FILE), as in every dashboard worker."""
+    from scheduler_core.reach import Reach
+
+    config = settings.dashboard.get("REACH")
+    if config is None and settings.reach_config:
+        with open(settings.reach_config, encoding="utf-8") as source:
+            config = json.load(source)  # checked when the settings were read
+    if config is None:
+        return None
+    reach = Reach(scheduler.engine, config, node_id=scheduler.config.node_id, auto_migrate=False,
+                  public_url=settings.public_url or "")
+    reach.init()
+    reach.attach(scheduler)
+    return reach
 
 
 if __name__ == "__main__":  # pragma: no cover
