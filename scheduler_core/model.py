@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError
@@ -25,6 +25,21 @@ from scheduler_core.validation import (
 )
 
 MAX_ATTEMPTS_RANGE = (1, 100)
+P = TypeVar("P")
+
+
+def _setting(cls: type[P], value: Any, field: str) -> P | None:
+    """A settings value object from None, itself, or a mapping of its fields (an unknown key is
+    refused by name; each field is checked by the class)."""
+    if value is None or isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(field, f"must be a mapping or {cls.__name__} (got {type(value).__name__})")
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(str(key) for key in value if key not in known)
+    if unknown:
+        raise ConfigError(f"{field}.{unknown[0][:40]}", f"is not a {field} setting")
+    return cls(**value)
 NAME_MAX = 255
 DESCRIPTION_MAX = 10_000
 
@@ -58,14 +73,7 @@ class RetryPolicy:
 
     @classmethod
     def parse(cls, value: RetryPolicy | Mapping[str, Any] | None) -> RetryPolicy | None:
-        if value is None or isinstance(value, RetryPolicy):
-            return value
-        if not isinstance(value, Mapping):
-            raise ConfigError("retry", f"must be a mapping or RetryPolicy (got {type(value).__name__})")
-        unknown = set(value) - {"max_attempts", "backoff_ms"}
-        if unknown:
-            raise ConfigError(f"retry.{sorted(unknown)[0]}", "is not a retry setting")
-        return cls(max_attempts=value.get("max_attempts", 1), backoff_ms=value.get("backoff_ms", ()))
+        return _setting(cls, value, "retry")
 
 
 class CatchupMode(StrEnum):
@@ -95,14 +103,7 @@ class CatchupPolicy:
 
     @classmethod
     def parse(cls, value: CatchupPolicy | Mapping[str, Any] | None) -> CatchupPolicy | None:
-        if value is None or isinstance(value, CatchupPolicy):
-            return value
-        if not isinstance(value, Mapping):
-            raise ConfigError("catchup", f"must be a mapping or CatchupPolicy (got {type(value).__name__})")
-        unknown = set(value) - {"policy", "window_ms"}
-        if unknown:
-            raise ConfigError(f"catchup.{sorted(unknown, key=str)[0]}", "is not a catch-up setting")
-        return cls(**value)
+        return _setting(cls, value, "catchup")
 
 
 @dataclass(frozen=True)
