@@ -7,17 +7,18 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import text, update
+from sqlalchemy import event, text, update
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, TaskDefinition
 from scheduler_core.cron import new_occurrence_id
-from scheduler_core.db import close_engine, create_engine
+from scheduler_core.db import close_engine, create_engine, set_test_clock_offset_ms
+from scheduler_core.db.clock import test_clock_offset_ms
 from scheduler_core.db.tables import executions
 from scheduler_core.model import Attempt
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 from tests.conftest import TestDatabase
-from tests.helpers.journal import abandon_running_execution, slot_holder, wait_for_status
+from tests.helpers.journal import abandon_running_execution, db_now, slot_holder, wait_for_status
 
 
 def _node(make_node: Any, hooks: Any = None, **config: Any) -> Scheduler:
@@ -148,3 +149,47 @@ def test_finish_that_waited_on_a_row_lock_past_its_deadline_is_refused(server_da
         assert after is not None and after.status == "running"
     finally:
         close_engine(engine)
+
+
+def test_the_keeper_renews_about_every_third_of_a_lease(engine: Engine, make_node: Any) -> None:
+    """lease 3 s: a renewal a second, neither a busy loop nor a pause that lets the lease run out."""
+    renewals: list[float] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE EXECUTIONS SET LEASE_UNTIL"):
+            renewals.append(time.monotonic())
+
+    entered = threading.Event()
+    node = _node(make_node, hooks={"on_task_execute": _waiting_hook(entered)}, lease_ms=3000)
+    node.register(_task())
+    worker, _result = _blocked_trigger(node)
+    assert entered.wait(10)
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        time.sleep(4.5)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+        node.close()
+        worker.join(20)
+    assert 3 <= len(renewals) <= 6, f"{len(renewals)} renewals in 4.5 s"
+
+
+def test_attempt_times_follow_the_database_clock(engine: Engine, make_node: Any, clock_offset: None) -> None:
+    """Attempts are stamped with the DB clock estimate (the last DB reading plus the local time
+    since): here the DB clock runs a day ahead of this machine's, and the stamps follow it."""
+    set_test_clock_offset_ms(test_clock_offset_ms() + 86_400_000)
+    node = _node(make_node, hooks={"on_task_execute": lambda event: time.sleep(0.5) or "ok"})
+    node.register(_task())
+    before = db_now(engine)
+    log = node.trigger("job")
+    after = db_now(engine)
+    assert log.started_at is not None and log.finished_at is not None
+    assert before - 1000 <= log.started_at <= log.finished_at <= after + 1000
+    assert log.finished_at - log.started_at >= 400
+
+
+def test_close_waits_for_the_lease_keeper(make_node: Any) -> None:
+    node = _node(make_node)
+    assert any(thread.name == "hai-lease-keeper" for thread in threading.enumerate())
+    node.close()
+    assert not [thread for thread in threading.enumerate() if thread.name == "hai-lease-keeper"]
