@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -193,3 +195,14 @@ def test_close_waits_for_the_lease_keeper(make_node: Any) -> None:
     assert any(thread.name == "hai-lease-keeper" for thread in threading.enumerate())
     node.close()
     assert not [thread for thread in threading.enumerate() if thread.name == "hai-lease-keeper"]
+
+
+def test_a_process_that_never_calls_close_still_exits(database: TestDatabase) -> None:
+    """The lease keeper is a daemon thread: a script that forgets close() ends when its main
+    thread does, rather than hanging on a keeper that renews forever."""
+    script = ("import sys; from scheduler_core import Scheduler, SchedulerConfig; "
+              "from scheduler_core.db import create_engine; "
+              "node = Scheduler(create_engine(sys.argv[1]), SchedulerConfig(node_id='forgetful', lease_ms=1000)); "
+              "node.init(); print('ok', flush=True)")
+    done = subprocess.run([sys.executable, "-c", script, database.url], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-2000:]
