@@ -1,11 +1,14 @@
-"""The lease keeper when renewals keep failing, on every database.
+"""Attempts whose writes the database refuses, on every database.
 
-A renewal that fails (the database answers with an error, unlike a lost lease, which it answers
-with 0 rows) is retried; but once a whole lease has passed since the last renewal that
-succeeded, another node may own the execution, so the keeper cancels the attempt
-(``lease_lost``) and the runner publishes nothing. Here the database refuses every statement
+The lease keeper when renewals keep failing: a renewal that fails (the database answers with
+an error, unlike a lost lease, which it answers with 0 rows) is retried; but once a whole lease
+has passed since the last renewal that succeeded, another node may own the execution, so the
+keeper cancels the attempt (``lease_lost``) and the runner publishes nothing. Here the database refuses every statement
 about leases (the column is renamed away in the test's own database) while the handler runs,
 so only the keeper's give-up path can stop the attempt.
+
+A runner whose begin the database refuses (a trigger on the executions table): ``trigger()``
+answers (unconfirmed), the handler never runs, and the runner settles, so ``close()`` returns.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core import TaskDefinition
+from scheduler_core.db.engine import dialect_kind
 
 LEASE_MS = 3000  # the keeper renews every second
 
@@ -90,3 +94,51 @@ def test_renewals_that_keep_failing_cancel_the_attempt_after_one_lease(engine: E
         if not shown:
             _run(engine, _SHOW)
 
+
+
+# Refuse an UPDATE that begins an attempt (the attempt number grows on a running execution).
+_REFUSE_BEGIN = {
+    "sqlite": ["""CREATE TRIGGER refuse_begin BEFORE UPDATE ON executions
+                  WHEN NEW.status = 'running' AND NEW.attempt > OLD.attempt
+                  BEGIN SELECT RAISE(ABORT, 'begin refused by the test'); END"""],
+    "postgresql": ["""CREATE FUNCTION refuse_begin() RETURNS trigger LANGUAGE plpgsql AS $$
+                      BEGIN
+                        IF NEW.status = 'running' AND NEW.attempt > OLD.attempt THEN
+                          RAISE EXCEPTION 'begin refused by the test';
+                        END IF;
+                        RETURN NEW;
+                      END $$""",
+                   """CREATE TRIGGER refuse_begin BEFORE UPDATE ON executions
+                      FOR EACH ROW EXECUTE FUNCTION refuse_begin()"""],
+    "mysql": ["""CREATE TRIGGER refuse_begin BEFORE UPDATE ON executions FOR EACH ROW
+                 BEGIN
+                   IF NEW.status = 'running' AND NEW.attempt > OLD.attempt THEN
+                     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'begin refused by the test';
+                   END IF;
+                 END"""],
+}
+_ALLOW_BEGIN = {
+    "sqlite": ["DROP TRIGGER refuse_begin"],
+    "postgresql": ["DROP TRIGGER refuse_begin ON executions", "DROP FUNCTION refuse_begin()"],
+    "mysql": ["DROP TRIGGER refuse_begin"],
+}
+
+
+def test_a_begin_the_database_refuses_settles_the_runner(engine: Engine, make_node: Any) -> None:
+    ran: list[Any] = []
+    node = make_node(hooks={"on_task_execute": lambda event: ran.append(event) or "ok"})
+    node.register(TaskDefinition(id="job", name="Job", cron="0 2 * * *"))
+    kind = dialect_kind(engine)
+    for statement in _REFUSE_BEGIN[kind]:
+        _run(engine, statement)
+    try:
+        log = node.trigger("job")  # answers; the database error is not the caller's to catch
+    finally:
+        for statement in _ALLOW_BEGIN[kind]:
+            _run(engine, statement)
+    assert log.persistence.status == "unconfirmed" and ran == []
+    assert node.execution.get(log.occurrence_id).attempts == ()  # no attempt began
+    closing = threading.Thread(target=node.close)
+    closing.start()
+    closing.join(20)
+    assert not closing.is_alive(), "close() waits for a runner that never settled"
