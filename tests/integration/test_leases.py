@@ -16,7 +16,8 @@ from scheduler_core import Scheduler, TaskDefinition
 from scheduler_core.cron import new_occurrence_id
 from scheduler_core.db import close_engine, create_engine, set_test_clock_offset_ms
 from scheduler_core.db.clock import test_clock_offset_ms
-from scheduler_core.db.tables import executions
+from scheduler_core.db.engine import dialect_kind
+from scheduler_core.db.tables import executions, tasks
 from scheduler_core.model import Attempt
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 from tests.conftest import TestDatabase
@@ -206,3 +207,67 @@ def test_a_process_that_never_calls_close_still_exits(database: TestDatabase) ->
               "node.init(); print('ok', flush=True)")
     done = subprocess.run([sys.executable, "-c", script, database.url], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-2000:]
+
+
+# A claim whose lease has already run out when its attempt begins (as if the node had stalled
+# between the two): the claim's row is written with an expired lease.
+_EXPIRED_AT_CLAIM = {
+    "sqlite": ["""CREATE TRIGGER expire_at_claim AFTER INSERT ON executions
+                  BEGIN UPDATE executions SET lease_until = 0 WHERE occurrence_id = NEW.occurrence_id; END"""],
+    "postgresql": ["""CREATE FUNCTION expire_at_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+                      BEGIN NEW.lease_until := 0; RETURN NEW; END $$""",
+                   """CREATE TRIGGER expire_at_claim BEFORE INSERT ON executions
+                      FOR EACH ROW EXECUTE FUNCTION expire_at_claim()"""],
+    "mysql": ["CREATE TRIGGER expire_at_claim BEFORE INSERT ON executions FOR EACH ROW SET NEW.lease_until = 0"],
+}
+_CLAIM_AS_USUAL = {
+    "sqlite": ["DROP TRIGGER expire_at_claim"],
+    "postgresql": ["DROP TRIGGER expire_at_claim ON executions", "DROP FUNCTION expire_at_claim()"],
+    "mysql": ["DROP TRIGGER expire_at_claim"],
+}
+
+
+def _statements(engine: Engine, statements: list[str]) -> None:
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(text(statement))
+
+
+def test_a_lease_lost_before_the_attempt_began_never_runs_the_handler(engine: Engine, make_node: Any) -> None:
+    ran: list[Any] = []
+    node = _node(make_node, hooks={"on_task_execute": lambda event: ran.append(event) or "ok"})
+    node.register(_task())
+    kind = dialect_kind(engine)
+    _statements(engine, _EXPIRED_AT_CLAIM[kind])
+    try:
+        log = node.trigger("job")
+    finally:
+        _statements(engine, _CLAIM_AS_USUAL[kind])
+    assert ran == []
+    assert log.persistence.status == "unconfirmed"
+    assert node.execution.get(log.occurrence_id).attempts == ()
+
+
+def test_a_retry_whose_definition_became_unreadable_is_interrupted_and_frees_the_slot(engine: Engine,
+                                                                                        make_node: Any) -> None:
+    attempts: list[int] = []
+
+    def execute(event: Any) -> Any:
+        attempts.append(event.context.attempt)
+        raise RuntimeError("the first attempt fails")
+
+    node = _node(make_node, hooks={"on_task_execute": execute})
+    node.register(_task(idempotent=True, retry={"max_attempts": 3, "backoff_ms": [1500]}))
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(node.trigger("job")))
+    worker.start()
+    deadline = time.monotonic() + 15
+    while attempts != [1]:
+        assert time.monotonic() < deadline, "the first attempt did not run"
+        time.sleep(0.02)
+    with engine.begin() as conn:  # during the backoff, the stored definition becomes unreadable
+        conn.execute(update(tasks).where(tasks.c.id == "job").values(cron="not cron"))
+    worker.join(20)
+    execution = node.execution.get(result[0].occurrence_id)
+    assert (execution.status, execution.reason) == ("interrupted", "unreadable")
+    assert attempts == [1] and slot_holder(engine, "job") is None
