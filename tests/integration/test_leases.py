@@ -271,3 +271,27 @@ def test_a_retry_whose_definition_became_unreadable_is_interrupted_and_frees_the
     execution = node.execution.get(result[0].occurrence_id)
     assert (execution.status, execution.reason) == ("interrupted", "unreadable")
     assert attempts == [1] and slot_holder(engine, "job") is None
+
+
+def test_a_retry_cancelled_while_it_runs_overrules_its_own_attempt(engine: Engine, make_node: Any) -> None:
+    """Deleting the task cancels the second attempt: that attempt is recorded interrupted, and
+    the first keeps its own outcome."""
+    entered = threading.Event()
+
+    def execute(event: Any) -> Any:
+        if event.context.attempt == 1:
+            raise RuntimeError("the first attempt fails")
+        entered.set()
+        event.signal.wait(20)
+        return "ok"
+
+    node = _node(make_node, hooks={"on_task_execute": execute})
+    node.register(_task(idempotent=True, retry={"max_attempts": 3, "backoff_ms": [100]}))
+    worker, result = _blocked_trigger(node)
+    assert entered.wait(15)
+    node.unregister("job")
+    worker.join(20)
+    execution = node.execution.get(result[0].occurrence_id)
+    assert (execution.status, execution.reason) == ("interrupted", "deleted")
+    assert [(a.attempt, a.status) for a in execution.attempts] == [(1, "failed"), (2, "interrupted")]
+    assert execution.attempts[1].result is None  # the cancelled handler's answer is not kept
