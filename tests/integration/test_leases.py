@@ -295,3 +295,65 @@ def test_a_retry_cancelled_while_it_runs_overrules_its_own_attempt(engine: Engin
     assert (execution.status, execution.reason) == ("interrupted", "deleted")
     assert [(a.attempt, a.status) for a in execution.attempts] == [(1, "failed"), (2, "interrupted")]
     assert execution.attempts[1].result is None  # the cancelled handler's answer is not kept
+
+
+def _until(predicate: Any, what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_an_execution_the_scan_settles_unknown_has_its_log_projected(engine: Engine, make_node: Any) -> None:
+    node = _node(make_node, hooks={"on_task_execute": lambda e: "ok"})
+    node.register(_task())
+    occurrence = abandon_running_execution(engine, "job", started=True)
+    node.start()
+    assert wait_for_status(node, occurrence, "unknown").reason == "lease_expired"
+    _until(lambda: node.get_logs(task_id="job"), "the unknown attempt never reached the log table")
+    (log,) = node.get_logs(task_id="job")
+    assert (log.occurrence_id, log.status, log.node_id) == (occurrence, "unknown", "ghost")
+
+
+def test_a_takeover_hands_the_slot_to_the_new_owner(engine: Engine, make_node: Any) -> None:
+    """The slot keeps the occurrence and takes the new owner's token while the takeover runs."""
+    holders: list[tuple[Any, ...]] = []
+    observer = ExecutionRepository(engine, "observer", 60_000)
+
+    def execute(event: Any) -> Any:
+        holders.append((event.context.occurrence_id, event.context.execution_token, observer.slot_holder("job")))
+        return "ok"
+
+    node = _node(make_node, hooks={"on_task_execute": execute})
+    node.register(_task(idempotent=True, retry={"max_attempts": 3}))
+    occurrence = abandon_running_execution(engine, "job", started=True, max_attempts=3)
+    node.start()
+    wait_for_status(node, occurrence, "success")
+    ((seen_occurrence, token, holder),) = holders
+    assert seen_occurrence == occurrence and holder == (occurrence, token)
+
+
+def test_a_lost_lease_cancels_only_its_own_attempt(engine: Engine, make_node: Any) -> None:
+    """One renewal covers every execution the node owns; the row that is lost is answered
+    lost, and the others go on (renewed) for leases to come."""
+    entered = {"lost": threading.Event(), "kept": threading.Event()}
+    cancelled: dict[str, float] = {}
+
+    def execute(event: Any) -> Any:
+        task_id = event.context.task_id
+        entered[task_id].set()
+        if event.signal.wait(6 if task_id == "kept" else 20):
+            cancelled[task_id] = time.monotonic()
+        return "ok"
+
+    node = _node(make_node, hooks={"on_task_execute": execute})
+    for task_id in entered:
+        node.register(TaskDefinition(id=task_id, name=task_id, cron="0 2 * * *"))
+    occurrences = {task_id: node.submit(task_id) for task_id in entered}
+    assert all(event.wait(10) for event in entered.values())
+    with engine.begin() as conn:
+        conn.execute(update(executions).where(executions.c.occurrence_id == occurrences["lost"])
+                     .values(lease_until=0))
+    _until(lambda: "lost" in cancelled, "the lost lease was not answered")
+    assert wait_for_status(node, occurrences["kept"], "success", timeout=20).status == "success"
+    assert "kept" not in cancelled  # renewed for six leases
