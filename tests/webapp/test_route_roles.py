@@ -18,7 +18,7 @@ from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
 from scheduler_core.runtime.accounts import ROLES
-from tests.webapp.conftest import Auth
+from tests.webapp.conftest import Auth, csrf_token
 from webapp.auth import required_role
 from webapp.node import accounts_of, scheduler_of
 
@@ -70,3 +70,13 @@ def test_a_guarded_page_refuses_the_roles_below_it(clients: dict[str, FlaskClien
         assert clients[role].get(GUARDED_PAGES[endpoint]).status_code == 403, f"{role} on {endpoint}"
     for role in ROLES[ROLES.index(needed):]:
         assert clients[role].get(GUARDED_PAGES[endpoint]).status_code == 200, f"{role} on {endpoint}"
+
+
+def test_each_role_may_do_what_the_roles_below_it_may(app: Flask, clients: dict[str, FlaskClient]) -> None:
+    """Roles are ranked, not separate: an operator action is open to admins too."""
+    scheduler_of(app).set_hooks({"on_task_execute": lambda event: "ok"})
+    for role in ROLES:
+        client = clients[role]
+        response = client.post("/tasks/roles/trigger", data={"csrf_token": csrf_token(client, "/")})
+        expected_refusal = ROLES.index(role) < ROLES.index("operator")
+        assert (response.status_code == 403) == expected_refusal, f"{role}: {response.status_code}"
