@@ -357,3 +357,28 @@ def test_a_lost_lease_cancels_only_its_own_attempt(engine: Engine, make_node: An
     _until(lambda: "lost" in cancelled, "the lost lease was not answered")
     assert wait_for_status(node, occurrences["kept"], "success", timeout=20).status == "success"
     assert "kept" not in cancelled  # renewed for six leases
+
+
+def test_each_takeover_counts_the_sequence_up_by_one(engine: Engine, make_node: Any) -> None:
+    """A ghost's run is taken over (sequence 2); that run loses its lease in turn and is taken
+    over again (sequence 3): every owner of an occurrence has the next sequence number."""
+    seen: list[tuple[int, int]] = []
+    first = threading.Event()
+
+    def execute(event: Any) -> Any:
+        seen.append((event.context.sequence, event.context.attempt))
+        if len(seen) == 1:
+            first.set()
+            event.signal.wait(20)  # until the lease is lost
+        return "ok"
+
+    node = _node(make_node, hooks={"on_task_execute": execute})
+    node.register(_task(idempotent=True, retry={"max_attempts": 3}))
+    occurrence = abandon_running_execution(engine, "job", started=True, max_attempts=3)
+    node.start()
+    assert first.wait(15)
+    with engine.begin() as conn:  # the first takeover's lease runs out (as if its node had stalled)
+        conn.execute(update(executions).where(executions.c.occurrence_id == occurrence).values(lease_until=0))
+    done = wait_for_status(node, occurrence, "success")
+    assert seen == [(2, 2), (3, 3)]
+    assert (done.sequence, [a.sequence for a in done.attempts]) == (3, [1, 2, 3])
