@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import text, update
 from sqlalchemy.engine import Engine
 
+from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import ReachConfigError, ReachError
 from scheduler_core.reach.queue import QueueOperations
 from scheduler_core.store.reach_queue import QueueFilter, QueueRepository
+from tests.conftest import TestDatabase
 from tests.helpers.race import race
 
 POLICY = (3, 1_000, 4_000)
@@ -201,3 +204,27 @@ def test_a_failure_filter_matches_that_class_only(repo: QueueRepository, engine:
     for failure, queue_id in by_class.items():
         page = repo.browse(QueueFilter("dead", failure=failure), 10, None)
         assert [entry.queue_id for entry in page] == [queue_id], failure
+
+
+def test_a_settle_that_waited_on_a_row_lock_past_its_lease_is_refused(server_database: TestDatabase) -> None:
+    """The owner's final word is decided by the database clock after the row lock is held: a
+    settle queued behind another transaction while its lease ran out changes nothing."""
+    engine = create_engine(server_database.url)
+    try:
+        repo = QueueRepository(engine, "owner", 1_000)
+        queue_id = _enqueue(repo)
+        assert repo.claim_next(repo.now(), "tok") is not None
+        outcome: list[bool] = []
+        with engine.connect() as locker:
+            locker.begin()
+            locker.execute(text("SELECT queue_id FROM reach_queue WHERE queue_id = :q FOR UPDATE"), {"q": queue_id})
+            settler = threading.Thread(target=lambda: outcome.append(repo.settle(queue_id, "tok", "sent")))
+            settler.start()
+            time.sleep(1.6)  # the lease (1 s) runs out while the settle waits for the row lock
+            locker.commit()
+        settler.join(20)
+        assert outcome == [False]
+        entry = repo.get(queue_id)
+        assert entry is not None and entry.status == "processing"
+    finally:
+        close_engine(engine)
