@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import text, update
 from sqlalchemy.engine import Engine
 
+from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import ReachConfigError, ReachError
 from scheduler_core.reach.queue import QueueOperations
-from scheduler_core.store.reach_queue import QueueRepository
+from scheduler_core.store.reach_queue import QueueFilter, QueueRepository
+from tests.conftest import TestDatabase
 from tests.helpers.race import race
 
 POLICY = (3, 1_000, 4_000)
@@ -150,3 +153,78 @@ def test_operator_input_is_validated(repo: QueueRepository) -> None:
             call()
         assert info.value.field == field
     assert ops.get(str(uuid.uuid4())) is None
+
+
+def _dead_at(repo: QueueRepository, engine: Engine, updated_at: int, failure: str = "attempts_exhausted") -> str:
+    queue_id = _enqueue(repo)
+    with engine.begin() as conn:
+        conn.execute(update(reach_queue).where(reach_queue.c.queue_id == queue_id).values(
+            status="dead", attempt_count=3, last_failure=failure, updated_at=updated_at))
+    return queue_id
+
+
+def test_recovery_refuses_a_claim_whose_lease_still_runs(repo: QueueRepository) -> None:
+    queue_id = _enqueue(repo)
+    message = repo.claim_next(repo.now(), "tok")
+    assert message is not None
+    assert not repo.recover(message, "unknown", "transient_failure")  # its owner is alive
+    entry = repo.get(queue_id)
+    assert entry is not None and entry.status == "processing"
+
+
+def test_capped_counts_stop_one_past_the_cap(repo: QueueRepository) -> None:
+    for _ in range(4):
+        _enqueue(repo)
+    assert repo.count_by_status_capped(("pending", "dead"), 1) == {"pending": 2, "dead": 0}
+    assert repo.count_by_status_capped(("pending",), 4) == {"pending": 4}
+    assert QueueOperations(lambda: repo).counts(cap=1)["pending"] == 2  # the smallest cap there is
+
+
+def test_a_bulk_set_knows_whether_more_matched_than_it_takes(repo: QueueRepository, engine: Engine) -> None:
+    for i in range(3):
+        _dead_at(repo, engine, 1_000 + i)
+    exact = repo.capture_dead(QueueFilter("dead"), repo.now(), 3)
+    assert (exact.count, exact.more) == (3, False)
+    fewer = repo.capture_dead(QueueFilter("dead"), repo.now(), 2)
+    assert (fewer.count, fewer.more) == (2, True)
+
+
+def test_a_bulk_requeue_takes_exactly_the_versions_it_names(repo: QueueRepository, engine: Engine) -> None:
+    same_version = sorted(_dead_at(repo, engine, 5_000) for _ in range(3))
+    middle = same_version[1]  # a smaller and a larger id share its version
+    assert repo.requeue_dead_versions([]) == 0
+    assert repo.requeue_dead_versions([(middle, 5_000)]) == 1
+    statuses = {queue_id: entry.status for queue_id in same_version if (entry := repo.get(queue_id))}
+    assert statuses == {queue_id: "pending" if queue_id == middle else "dead" for queue_id in same_version}
+
+
+def test_a_failure_filter_matches_that_class_only(repo: QueueRepository, engine: Engine) -> None:
+    by_class = {failure: _dead_at(repo, engine, 1_000 + i, failure) for i, failure in
+                enumerate(("attempts_exhausted", "permanent_rejection", "transient_failure"))}
+    for failure, queue_id in by_class.items():
+        page = repo.browse(QueueFilter("dead", failure=failure), 10, None)
+        assert [entry.queue_id for entry in page] == [queue_id], failure
+
+
+def test_a_settle_that_waited_on_a_row_lock_past_its_lease_is_refused(server_database: TestDatabase) -> None:
+    """The owner's final word is decided by the database clock after the row lock is held: a
+    settle queued behind another transaction while its lease ran out changes nothing."""
+    engine = create_engine(server_database.url)
+    try:
+        repo = QueueRepository(engine, "owner", 1_000)
+        queue_id = _enqueue(repo)
+        assert repo.claim_next(repo.now(), "tok") is not None
+        outcome: list[bool] = []
+        with engine.connect() as locker:
+            locker.begin()
+            locker.execute(text("SELECT queue_id FROM reach_queue WHERE queue_id = :q FOR UPDATE"), {"q": queue_id})
+            settler = threading.Thread(target=lambda: outcome.append(repo.settle(queue_id, "tok", "sent")))
+            settler.start()
+            time.sleep(1.6)  # the lease (1 s) runs out while the settle waits for the row lock
+            locker.commit()
+        settler.join(20)
+        assert outcome == [False]
+        entry = repo.get(queue_id)
+        assert entry is not None and entry.status == "processing"
+    finally:
+        close_engine(engine)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,8 @@ from scheduler_core.errors import (
     TemplateRenderFailedError,
 )
 from scheduler_core.reach import Reach
+from scheduler_core.reach.queue import RoundReport
+from scheduler_core.store.reach_queue import QueueRepository
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.conftest import TestDatabase
 from tests.helpers.http_server import RecordingServer
@@ -266,3 +269,28 @@ def test_a_pool_too_small_for_the_senders_is_refused_by_name(database: TestDatab
     finally:
         close_engine(small)
         close_engine(shared)
+
+
+@pytest.mark.parametrize(("idempotent", "outcomes"), [(False, ["unknown"]), (True, ["retried", "retried", "dead"])])
+def test_each_round_reports_what_it_did(engine: Engine, receiver: RecordingServer,
+                                        idempotent: bool, outcomes: list[str]) -> None:
+    reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"},
+                                   idempotent=idempotent, path="/status/503"))
+    reach.send({"provider": "hook", "to": "u", "body": "b"})
+    for outcome in outcomes:
+        set_clock_offset(engine, clock_offset(engine) + 2 * HOUR_MS)  # past the window and any backoff
+        assert reach.run_round() == RoundReport(claimed=1, **{outcome: 1})
+    assert reach.run_round() == RoundReport()  # nothing left to do
+
+
+def test_a_round_first_settles_the_claims_of_a_vanished_owner(engine: Engine, receiver: RecordingServer) -> None:
+    reach = _reach(engine, _config(receiver))
+    queue_id = str(uuid.uuid4())
+    vanished = QueueRepository(engine, "vanished-node", 1_000)
+    vanished.enqueue(queue_id, "hook", None, "u", "Subject", "Body", {}, (3, 1_000, 4_000), None)
+    assert vanished.claim_next(vanished.now(), "tok") is not None and vanished.mark_sending(queue_id, "tok")
+    time.sleep(1.1)  # its lease runs out: the request may have gone out, and the provider is not idempotent
+    assert reach.run_round() == RoundReport(recovered=1)
+    entry = reach.queue.get(queue_id)
+    assert entry is not None and entry.status == "unknown"
+    assert receiver.requests == []

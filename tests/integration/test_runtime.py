@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import TaskDefinition
 from scheduler_core.db.tables import nodes, tasks
 from scheduler_core.errors import InvalidStoredValueError
+from scheduler_core.runtime import node as node_module
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.journal import enter_minute, wait_for_status
 
@@ -147,3 +148,70 @@ def test_get_logs_filters(engine: Engine, make_node: Any) -> None:
     assert node.get_logs(started_before=good.started_at) == []
     assert [e.id for e in node.get_logs(limit=1)] == [bad.id]
     assert [e.id for e in node.get_logs(limit=1, offset=1)] == [good.id]
+
+
+def test_the_node_ticks_at_its_interval(make_node: Any) -> None:
+    ticks: list[int] = []
+    node = make_node(tick_interval_ms=250)
+    node.add_tick_listener(ticks.append)
+    node.start()
+    time.sleep(2.6)
+    node.stop()
+    assert 5 <= len(ticks) <= 12, f"{len(ticks)} ticks in 2.6 s at 250 ms"
+    assert ticks == sorted(ticks)  # each listener call gets the DB clock of its tick
+
+
+def test_a_failing_tick_listener_spoils_neither_the_others_nor_the_tick(make_node: Any) -> None:
+    seen: list[Any] = []
+    ticks: list[int] = []
+
+    def broken(now_ms: int) -> None:
+        raise RuntimeError("listener bug")
+
+    node = make_node(hooks={"on_task_execute": lambda e: seen.append(e.context) or "ok"})
+    node.register(TaskDefinition(id="minutely", name="Minutely", cron="* * * * *"))
+    node.add_tick_listener(broken)
+    node.add_tick_listener(ticks.append)
+    node.start()
+    _wait(lambda: len(ticks) >= 3 and len(seen) == 1)
+
+
+@pytest.mark.parametrize("retention", [{"max_logs": 2}, {"retention_days": 1}])
+def test_a_running_node_applies_log_retention_on_its_own(make_node: Any, engine: Engine,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           retention: dict[str, int]) -> None:
+    """Retention is the node's housekeeping, every RETENTION_EVERY_S (ten minutes; one second
+    here): either setting alone is enough."""
+    monkeypatch.setattr(node_module, "RETENTION_EVERY_S", 1)
+    node = make_node(hooks={"on_task_execute": lambda e: "ok"}, **retention)
+    node.register(TaskDefinition(id="job", name="Job", cron="0 2 * * *"))
+    logs = [node.trigger("job") for _ in range(4)]
+    assert len(node.get_logs()) == 4
+    if "retention_days" in retention:
+        set_clock_offset(engine, clock_offset(engine) + 2 * 86_400_000)  # two days later
+    node.start()
+    kept = [logs[3].id, logs[2].id] if "max_logs" in retention else []
+    _wait(lambda: [entry.id for entry in node.get_logs()] == kept)
+
+
+def test_retention_runs_once_per_period_not_every_tick(engine: Engine, make_node: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node_module, "RETENTION_EVERY_S", 1)
+    deletes: list[float] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE FROM LOGS"):
+            deletes.append(time.monotonic())
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        ticks: list[int] = []
+        node = make_node(retention_days=1)  # ticks every 100 ms
+        node.add_tick_listener(ticks.append)
+        node.start()
+        time.sleep(2.6)
+        node.stop()
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert len(ticks) >= 10
+    assert 1 <= len(deletes) <= 3, f"{len(deletes)} retention passes in 2.6 s, one a second"

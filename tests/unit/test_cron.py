@@ -557,3 +557,26 @@ def test_ids_and_fire_times_do_not_depend_on_the_process_time_zone() -> None:
 def test_a_one_value_minute_range_fires_at_that_minute_only() -> None:
     start = 1796004000000
     assert upcoming("5-5 * * * *", "UTC", start, 2) == upcoming("5 * * * *", "UTC", start, 2)
+
+
+@pytest.mark.parametrize(("field", "count"), [(0, 60), (1, 24), (2, 31), (3, 12), (4, 7)])
+def test_a_step_may_span_its_whole_field_and_no_more(field: int, count: int) -> None:
+    def expr(step: str) -> str:
+        fields = ["0", "0", "1", "1", "*"]
+        fields[field] = f"*/{step}"
+        return " ".join(fields)
+
+    for step in ("1", str(count), f"00{min(count, 9)}"):  # a three-digit step with leading zeros is its number
+        assert validate_cron(expr(step)) == expr(step)
+    for step in ("0", str(count + 1), "0001"):  # more than three digits is refused before reading it
+        with pytest.raises(InvalidCronError, match="step"):
+            validate_cron(expr(step))
+
+
+def test_fire_times_near_the_end_of_the_supported_range() -> None:
+    """The walk starts at the minute of ``after_ms``: it does not visit weeks of candidate
+    minutes first (which the candidate limit would refuse) however late the date."""
+    late = int(datetime(8999, 12, 29, 10, 0, 30, tzinfo=UTC).timestamp() * 1000)
+    for zone in ("UTC", "Europe/Berlin", "Asia/Kolkata"):
+        assert next_fire_ms("* * * * *", zone, late) == late - 30_000 + MIN
+    assert upcoming("*/5 * * * *", "UTC", late, 2) == [late - 30_000 + 5 * MIN, late - 30_000 + 10 * MIN]

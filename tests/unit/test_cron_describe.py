@@ -171,3 +171,25 @@ def _from_one(field: str) -> str:
     if field.startswith("*"):
         return field
     return re.sub(r"\d+", lambda m: str(int(m.group()) + 1), field)
+
+
+@pytest.mark.parametrize(
+    ("expr", "sentence"),
+    [
+        # every ordinal the sentences use: the teens take "th", the twenties "st", "nd", "rd"
+        ("0 0 */11 * *", "At 00:00, on every 11th day of the month"),
+        ("0 0 */12 * *", "At 00:00, on every 12th day of the month"),
+        ("0 0 */13 * *", "At 00:00, on every 13th day of the month"),
+        ("0 0 */21 * *", "At 00:00, on every 21st day of the month"),
+        ("0 0 */22 * *", "At 00:00, on every 22nd day of the month"),
+        ("0 0 */23 * *", "At 00:00, on every 23rd day of the month"),
+        ("0 0 * * 1#1", "At 00:00, on the first Monday of the month"),
+        ("0 0 * * 1#3", "At 00:00, on the third Monday of the month"),
+        ("0 0 * * 1#4", "At 00:00, on the fourth Monday of the month"),
+        ("0 0 * * 1#5", "At 00:00, on the fifth Monday of the month"),
+        # a list of hours with a run in it
+        ("*/15 9-11,17 * * *", "Every 15 minutes, during 09:00-11:59 and 17:00-17:59"),
+    ],
+)
+def test_ordinals_and_hour_runs(expr: str, sentence: str) -> None:
+    assert describe(expr) == sentence

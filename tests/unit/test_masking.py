@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scheduler_core import TaskDefinition
-from scheduler_core.masking import mask_url, mask_values, masked_handler
+from scheduler_core.masking import is_secret_name, mask_headers, mask_url, mask_values, masked_handler
 
 
 def test_handler_headers_and_url_credentials_are_masked() -> None:
@@ -35,3 +37,56 @@ def test_webhook_tokens_in_paths_and_secret_query_values_are_masked() -> None:
     assert mask_url("https://api.example/v1/send?access_token=s3cr3t&to=ops#top") == (
         "https://api.example/v1/send?access_token=***&to=ops#top")
     assert mask_url("https://api.example/v1/reports/daily") == "https://api.example/v1/reports/daily"
+
+
+# One name per family of secret-looking names (scheduler_core.masking._SECRET_NAME), chosen so that
+# no other family matches it: dropping any one family from the pattern fails this test. The one
+# exception is "authorization", which "auth" always matches too (its own name, the Authorization
+# header, is still checked).
+FAMILIES = ("authorization", "cookie", "key", "token", "secret", "passw", "auth", "session", "credential")
+ONLY_NAMES = {"cookie": "Set-Cookie", "key": "api_key", "token": "X-Access-Token", "secret": "client_secret",
+              "passw": "DB_PASSWD", "auth": "X-Auth", "session": "sessionid", "credential": "gcp_credentials"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_of_secret_names_is_masked(family: str) -> None:
+    name = ONLY_NAMES.get(family, "Authorization")
+    others = [f for f in FAMILIES if f != family and f in name.lower()]
+    assert others == ([] if family != "authorization" else ["auth"])  # the name tests this family alone
+    assert is_secret_name(name) and is_secret_name(name.upper())
+    assert mask_values({name: "s3cr3t", "nested": [{name: 7}]}) == {name: "***", "nested": [{name: "***"}]}
+    assert mask_headers({name: "s3cr3t", "Accept": "json"}) == {name: "***", "Accept": "json"}
+    assert mask_url(f"https://api.example/send?{name}=s3cr3t&to=ops") == (
+        f"https://api.example/send?{name}=***&to=ops")
+
+
+def test_names_of_no_family_are_shown() -> None:
+    for name in ("Accept", "channel", "user", "url", "Content-Type", "attempts"):
+        assert not is_secret_name(name)
+    assert mask_headers({"Accept": "json"}) == {"Accept": "json"}
+
+
+def test_token_like_path_segments_start_at_sixteen_characters_of_letters_and_digits() -> None:
+    assert mask_url("https://h/hooks/abcdefghijklmno1") == "https://h/hooks/***"  # 16
+    assert mask_url("https://h/hooks/abcdefghijklmn1") == "https://h/hooks/abcdefghijklmn1"  # 15
+    assert mask_url("https://h/hooks/abcdefghijklmnop") == "https://h/hooks/abcdefghijklmnop"  # no digit
+    assert mask_url("https://h/hooks/1234567890123456") == "https://h/hooks/1234567890123456"  # no letter
+
+
+def test_urls_are_masked_only_where_they_carry_a_credential() -> None:
+    assert mask_url("https://user@api.example/x") == "https://user@api.example/x"  # a user, no password
+    assert mask_url("https://api.example:8443/x") == "https://api.example:8443/x"  # a port is no password
+    assert mask_url("https://user:pw@api.example:8443/x") == "https://user:***@api.example:8443/x"
+    # No host, or no scheme: not a URL to mask, whatever its path looks like.
+    assert mask_url("file:///srv/abcdefghijklmno1") == "file:///srv/abcdefghijklmno1"
+    assert mask_url("//api.example/abcdefghijklmno1") == "//api.example/abcdefghijklmno1"
+    assert mask_url("https://[::1/abcdefghijklmno1") == "https://[::1/abcdefghijklmno1"  # urlsplit refuses it
+    assert mask_url("https://api.example/x?flag&token=t") == "https://api.example/x?flag&token=***"
+    assert mask_url("https://api.example/x?token&to=ops") == "https://api.example/x?token&to=ops"  # no value
+
+
+def test_values_other_than_text_and_containers_pass_through() -> None:
+    value = {"n": 5, "ok": True, "none": None, "f": 1.5, "list": [1, "https://u:p@h/x"], "tuple": ("a", 2)}
+    assert mask_values(value) == {"n": 5, "ok": True, "none": None, "f": 1.5, "list": [1, "https://u:***@h/x"],
+                                  "tuple": ["a", 2]}
+    assert masked_handler(None) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -104,3 +105,55 @@ def test_create_user_refuses_bad_names_and_short_passwords(tmp_path: Path) -> No
                               capture_output=True, text=True, timeout=120, env={**env, "HAI_NEW_PASSWORD": password})
         assert done.returncode == 1 and done.stderr.startswith(f"error: hai:scheduler:012 {message}: "), done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_after_login_a_local_next_page_is_kept_and_any_other_target_is_not(app: Flask) -> None:
+    for target, landing in (("/tasks/?q=nightly", "/tasks/?q=nightly"), ("/logs/", "/logs/"),
+                            ("//evil.example/steal", "/"), ("https://evil.example/", "/"), ("tasks", "/")):
+        response = Auth(app.test_client()).login(next=target)
+        assert response.headers["Location"] == landing, target
+
+
+def test_the_throttle_counts_failures_per_address_and_name(app: Flask) -> None:
+    """An address that keeps failing is held back; another address, or another name, is not."""
+    noisy = app.test_client()
+    noisy.environ_base["REMOTE_ADDR"] = "192.0.2.10"
+    for _ in range(5):
+        assert Auth(noisy).login(password="wrong password").status_code == 401
+    assert Auth(noisy).login().status_code == 429
+    elsewhere = app.test_client()
+    elsewhere.environ_base["REMOTE_ADDR"] = "192.0.2.20"
+    assert Auth(elsewhere).login().status_code == 302
+    accounts_of(app).create("dave", "viewer", generate_password_hash("dave-pw-1"))
+    assert Auth(noisy).login("dave", "dave-pw-1").status_code == 302
+
+
+def test_every_password_reset_ends_the_sessions_opened_before_it(app: Flask) -> None:
+    """Six rounds: the session's credential must equal the current one, which no ordering of two
+    fingerprints can stand in for."""
+    users = accounts_of(app)
+    users.create("erin", "viewer", generate_password_hash("erin-pw-0"))
+    for round_ in range(1, 7):
+        client = app.test_client()
+        assert Auth(client).login("erin", f"erin-pw-{round_ - 1}").status_code == 302
+        assert client.get("/").status_code == 200
+        users.set_password("erin", generate_password_hash(f"erin-pw-{round_}"))
+        assert client.get("/").status_code == 302, f"round {round_}: the session outlived the reset"
+
+
+def test_htmx_answers_are_never_cached_even_on_public_pages(client: FlaskClient) -> None:
+    fragment = client.get("/login", headers={"HX-Request": "true"})
+    assert fragment.headers["Cache-Control"] == "no-store" and "HX-Request" in fragment.headers["Vary"]
+
+
+def test_the_users_page_is_in_the_menu_of_admins_only(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    everyone = ("Overview", "Tasks", "Executions", "Logs", "Notifications", "Nodes", "Audit")
+    accounts_of(app).create("frank", "operator", generate_password_hash("frank-pw-1"))
+    for name, password, sees_users in (("frank", "frank-pw-1", False), ("admin", None, True)):
+        auth.login(name, password) if password else auth.login()
+        page = client.get("/").get_data(as_text=True)
+        menu = re.findall(r'<a[^>]*href="(/[a-z]*/?)"[^>]*>\s*([A-Z][a-z]+)\s*</a>', page)
+        labels = {label for _href, label in menu}
+        assert set(everyone) <= labels, (name, labels)
+        assert ("Users" in labels) == sees_users, name
+        auth.logout()
