@@ -24,7 +24,7 @@ from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
 from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.forms import posted_version
+from webapp.forms import posted_version, whole_number
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm
@@ -339,9 +339,10 @@ def pause(task_id: str) -> ResponseReturnValue:
         return _detail(task, {"reason": "Say why it is paused: the next operator reads it."}, typed), 400
     until = None
     if minutes:
-        if not minutes.isdigit() or not 1 <= int(minutes) <= 7 * 24 * 60:
+        count = whole_number(minutes)
+        if count is None or not 1 <= count <= 7 * 24 * 60:
             return _detail(task, {"until_ms": "A whole number of minutes, 1 to 10080 (7 days)."}, typed), 400
-        until = scheduler.task_ops.now_ms() + int(minutes) * 60_000
+        until = scheduler.task_ops.now_ms() + count * 60_000
     try:
         paused = scheduler.pause(task_id, reason=reason, until_ms=until, by=g.user.name)
     except ConfigError as exc:
