@@ -1,6 +1,7 @@
 """Users (admin only): list, create, change a role, disable / enable, reset a password. Each
 change is a compare-and-set on the user's ``updated_at``; passwords are hashed here (werkzeug)
-and never shown, flashed or audited; the last enabled admin stays."""
+and never shown, flashed or audited; the last enabled admin stays. URLs put the action before
+the name (``/users/role/<name>``): a user may be called ``new``."""
 
 from __future__ import annotations
 
@@ -136,13 +137,13 @@ def _conflict(name: str) -> ResponseReturnValue:
     return redirect(url_for("users.manage", name=name)), 303
 
 
-@bp.get("/<name>")
+@bp.get("/manage/<name>")
 @require_role("admin")
 def manage(name: str) -> ResponseReturnValue:
     return _manage(_user_or_404(name))
 
 
-@bp.post("/<name>/role")
+@bp.post("/role/<name>")
 @require_role("admin")
 def set_role(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
@@ -165,13 +166,13 @@ def set_role(name: str) -> ResponseReturnValue:
     return redirect(url_for("users.manage", name=name)), 303
 
 
-@bp.post("/<name>/disable")
+@bp.post("/disable/<name>")
 @require_role("admin")
 def disable(name: str) -> ResponseReturnValue:
     return _set_disabled(name, True)
 
 
-@bp.post("/<name>/enable")
+@bp.post("/enable/<name>")
 @require_role("admin")
 def enable(name: str) -> ResponseReturnValue:
     return _set_disabled(name, False)
@@ -195,7 +196,7 @@ def _set_disabled(name: str, disabled: bool) -> ResponseReturnValue:
     return redirect(url_for("users.manage", name=name)), 303
 
 
-@bp.post("/<name>/password")
+@bp.post("/password/<name>")
 @require_role("admin")
 def reset_password(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)

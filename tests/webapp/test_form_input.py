@@ -41,14 +41,14 @@ def _versioned_forms(rows: dict[str, str]) -> dict[str, dict[str, Any]]:
         f"/notifications/unknown/{rows['queue']}/resolve": {"status": "sent", "reason": "checked"},
         "/notifications/templates/edit/tpl": {"provider": "log", "body": "Hi {name}"},
         "/notifications/templates/delete/tpl": {},
-        "/tasks/t/edit": task,
-        "/tasks/t/enable": {},
-        "/tasks/t/disable": {},
-        "/tasks/t/delete": {},
-        "/users/member/role": {"role": "operator"},
-        "/users/member/disable": {},
-        "/users/member/enable": {},
-        "/users/member/password": {"password": "a-new-password", "confirm": "a-new-password"},
+        "/tasks/edit/t": task,
+        "/tasks/enable/t": {},
+        "/tasks/disable/t": {},
+        "/tasks/delete/t": {},
+        "/users/role/member": {"role": "operator"},
+        "/users/disable/member": {},
+        "/users/enable/member": {},
+        "/users/password/member": {"password": "a-new-password", "confirm": "a-new-password"},
     }
 
 
