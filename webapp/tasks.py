@@ -337,6 +337,9 @@ def _flash_started(task_id: str, occurrence: str, status: str, reason: str | Non
 def pause(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     task = scheduler.task_ops.get(task_id)
+    if scheduler.task_ops.state(task_id).state == "paused":  # a stale page: its form is gone, so are its errors
+        flash(f"Task {task_id} is already paused; resume it first to pause it with another reason.", "info")
+        return redirect(url_for("tasks.detail", task_id=task_id), 303)
     reason = request.form.get("reason", "").strip()
     minutes = request.form.get("minutes", "").strip()
     typed = {"reason": reason, "minutes": minutes}

@@ -616,6 +616,21 @@ def test_a_blocked_task_shows_what_blocks_it(app: Flask, client: FlaskClient, au
     assert "badge-state-blocked" in _text(client.get("/tasks/"))
 
 
+def test_pausing_a_paused_task_from_a_stale_page_says_so(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    """The page a second pause came from is stale: the paused task's page shows no pause form, so
+    an error next to its fields could not be seen (it answered 400 with no message)."""
+    scheduler = _scheduler(app)
+    scheduler.register(TaskDefinition(id="report", name="Report", cron="0 2 * * *"))
+    _login_as(app, auth, "operator")
+    assert _post(client, "/tasks/pause/report", {"reason": "deploy"}).status_code == 303
+    paused = scheduler.task_ops.get("report")
+    for form in ({"reason": "again"}, {"reason": "a\x00b"}, {"reason": "x", "minutes": "9" * 40}):
+        again = _post(client, "/tasks/pause/report", form)
+        assert again.status_code == 303 and again.headers["Location"].endswith("/tasks/view/report")
+        assert "is already paused" in _text(client.get("/tasks/view/report"))
+    assert scheduler.task_ops.get("report") == paused and len(_audit(app, "task.pause")) == 1
+
+
 def test_a_viewer_cannot_pause(app: Flask, client: FlaskClient, auth: Auth) -> None:
     _scheduler(app).register(TaskDefinition(id="report", name="Report", cron="0 2 * * *"))
     _login_as(app, auth, "viewer")
