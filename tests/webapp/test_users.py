@@ -3,8 +3,9 @@
 Real app on real SQLite through the Flask test client: every page and action refuses viewers
 and operators (403) and posts without a CSRF token (400); bad input re-renders with the
 message next to the field and stores nothing; a stale page's version gives the conflict
-message and changes nothing; the last enabled admin stays; a disabled user's session ends at
-the next request; the audit trail records every change and never a password or a hash.
+message and changes nothing; the last enabled admin stays; a role change, a password reset or
+disabling ends the user's sessions at once; the audit trail records every change and never a
+password or a hash.
 """
 
 from __future__ import annotations
@@ -236,7 +237,8 @@ def test_create_errors_for_htmx_are_swappable(app: Flask, client: FlaskClient, a
 # --- role -----------------------------------------------------------------------------------------
 
 
-def test_change_role_applies_at_the_next_request(app: Flask, client: FlaskClient, auth: Auth) -> None:
+def test_change_role_ends_their_sessions_and_applies_at_the_next_sign_in(app: Flask, client: FlaskClient,
+                                                                          auth: Auth) -> None:
     member = _add(app, "member", "operator", "member-password")
     other = _second_client(app, "member", "member-password")
     assert other.get("/users/").status_code == 403
@@ -245,10 +247,13 @@ def test_change_role_applies_at_the_next_request(app: Flask, client: FlaskClient
     assert f'name="expected_updated_at" value="{member.updated_at}"' in page
     response = _post(client, "/users/role/member", role="admin", expected_updated_at=member.updated_at)
     assert response.status_code == 303 and response.headers["Location"] == "/users/manage/member"
-    assert "member is now admin." in _flashes(client, "/users/manage/member")
+    assert "member is now admin: their open sessions have ended." in _flashes(client, "/users/manage/member")
     changed = _user(app, "member")
     assert changed.role == "admin" and changed.updated_at > member.updated_at
-    assert other.get("/users/").status_code == 200  # the session picks the new role up at once
+    ended = other.get("/users/")  # the session from before the change is over, cookie and all
+    assert ended.status_code == 302 and ended.headers["Location"].startswith("/login")
+    again = _second_client(app, "member", "member-password")
+    assert again.get("/users/").status_code == 200  # signed in again, with the new role
     [entry] = _audit(app, "user.role")
     assert (entry.actor, entry.target, entry.before, entry.after) == (
         "admin", "member", {"role": "operator"}, {"role": "admin"})
@@ -394,7 +399,8 @@ def test_reset_password(app: Flask, client: FlaskClient, auth: Auth) -> None:
     response = _post(client, "/users/password/member", password=NEW_PASSWORD, confirm=NEW_PASSWORD,
                      expected_updated_at=member.updated_at)
     assert response.status_code == 303
-    assert "The password of member was reset." in _flashes(client, "/users/manage/member")
+    assert "The password of member was reset; their open sessions have ended." in _flashes(
+        client, "/users/manage/member")
     assert Auth(app.test_client()).login("member", "old-password").status_code == 401
     assert Auth(app.test_client()).login("member", NEW_PASSWORD).status_code == 302
     [entry] = _audit(app, "user.password")
