@@ -111,8 +111,8 @@ def _decoy_hash() -> str:
     return generate_password_hash("no user has this password")
 
 
-def _login_page(next_url: str | None, error: str | None, status: int = 200, **extra: Any) -> Response:
-    return make_response(render_template("auth/login.html", next=next_url, error=error, **extra), status)
+def _login_page(next_url: str | None, error: str | None, status: int = 200) -> Response:
+    return make_response(render_template("auth/login.html", next=next_url, error=error), status)
 
 
 def _throttled(next_url: str | None, verdict: LoginVerdict) -> Response:
@@ -137,12 +137,13 @@ def login() -> ResponseReturnValue:
         return _throttled(next_url, verdict)
     logins.attempt(address, name)  # counted before the (slow) password check; taken back on success
     user = _known_user(name)
-    if user is None or user.disabled or len(password) > MAX_PASSWORD or not check_password_hash(
-            user.password_hash, password):
-        if user is None:
-            check_password_hash(_decoy_hash(), password[:MAX_PASSWORD])
+    # The hash is checked whether or not the user exists or is enabled: the time taken tells nothing.
+    matches = len(password) <= MAX_PASSWORD and check_password_hash(
+        user.password_hash if user is not None else _decoy_hash(), password)
+    if user is None or user.disabled or not matches:
         return _login_page(next_url, "Unknown user name or wrong password.", 401)
     logins.succeeded(address, user.name)
+    logins.end_session(session.get("sid"))  # signing in again (as anyone) ends the session this browser had
     session.clear()
     session["sid"] = logins.start_session(user.name)
     session.permanent = True

@@ -72,6 +72,13 @@ def test_a_cookie_replayed_after_logout_is_refused(db_app: Flask) -> None:
     assert _rows(db_app) == 0
 
 
+def test_signing_in_again_ends_the_session_the_browser_had(db_app: Flask) -> None:
+    client = _signed_in(db_app)
+    before = _copy(db_app, client)
+    assert Auth(client).login().status_code == 302
+    assert _in(client) and not _in(before) and _rows(db_app) == 1
+
+
 def test_a_cookie_from_before_server_side_sessions_is_signed_out(db_app: Flask) -> None:
     client = db_app.test_client()
     with client.session_transaction() as old:
