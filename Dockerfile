@@ -14,6 +14,8 @@
 #   HAI_BIND, HAI_WORKERS, HAI_THREADS   gunicorn address (default 0.0.0.0:8000 here), workers, threads
 #   HAI_REACH_CONFIG   JSON file with the notification providers, templates and do-not-disturb window
 #   HAI_CONFIG_FILE    JSON file of further dashboard settings (keys without the HAI_ prefix)
+#   HAI_TRUSTED_PROXIES  proxies in front of it that append X-Forwarded-For (default 0; 1 behind one TLS proxy)
+#   HAI_PUBLIC_URL     the dashboard's address, for links in alerts
 # Every setting is checked before gunicorn starts: a bad one stops the container with one line naming it.
 # Users: docker exec -e HAI_NEW_PASSWORD='…' <container> hai-scheduler create-user NAME --role admin [--reset]
 #   (without a TTY the password must come from HAI_NEW_PASSWORD)

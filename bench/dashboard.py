@@ -43,7 +43,7 @@ PASSWORD = "bench-dashboard-admin"  # reset on every run: the kept database may 
 TASK = "dash-00050"  # a task with executions of every status, an unknown one among them
 # The pages measured; edit freely. {task} is replaced by TASK.
 PAGES = [
-    "/", "/tasks/", "/tasks/?q=kind:api", "/tasks/?q=status:failed", "/tasks/{task}",
+    "/", "/tasks/", "/tasks/?q=kind:api", "/tasks/?q=status:failed", "/tasks/view/{task}",
     "/executions/", "/executions/?status=failed", "/executions/?task={task}", "/executions/unknown",
     "/logs/", "/logs/?task={task}", "/logs/?status=failed", "/logs/failures",
     "/notifications/", "/notifications/dead", "/notifications/unknown",

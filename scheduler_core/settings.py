@@ -25,6 +25,7 @@ from scheduler_core.validation import FieldError, check_bool, check_int, check_t
 DEFAULT_BIND = "127.0.0.1:8000"
 ENVIRONMENTS = ("development", "production")
 PATH_MAX = 4_096
+MAX_PROXIES = 16  # HAI_TRUSTED_PROXIES: more proxies than this in front of one dashboard is a typo
 # HAI_CONFIG_FILE holds dashboard settings only; these are read by the command line as well, so
 # they come from the environment alone and every process agrees on them.
 ENVIRONMENT_ONLY = ("DATABASE_URL", "HOOKS", "NODE_GROUPS", "BIND", "WORKERS", "THREADS", "ENV", "CONFIG_FILE")
@@ -49,13 +50,15 @@ class Settings:
     cookie_secure: bool = False  # HAI_COOKIE_SECURE; defaults to true in production
     reach_config: str | None = None  # HAI_REACH_CONFIG: a JSON file of notification settings
     public_url: str | None = None  # HAI_PUBLIC_URL: the dashboard's address, for links in alerts
+    trusted_proxies: int = 0  # HAI_TRUSTED_PROXIES: proxies whose X-Forwarded-For names the client, 0..16
     dashboard: Mapping[str, Any] = field(default_factory=dict, repr=False)  # HAI_CONFIG_FILE's object
 
     def dashboard_config(self) -> dict[str, Any]:
         """The Flask configuration these settings make: the file's keys, then the checked values."""
         values = dict(self.dashboard)
         values.update(HOOKS=self.hooks, NODE_GROUPS=self.groups, ADMIN_PASSWORD=self.admin_password,
-                      COOKIE_SECURE=self.cookie_secure, REACH_CONFIG=self.reach_config, PUBLIC_URL=self.public_url)
+                      COOKIE_SECURE=self.cookie_secure, REACH_CONFIG=self.reach_config, PUBLIC_URL=self.public_url,
+                      TRUSTED_PROXIES=self.trusted_proxies)
         if self.secret_key:
             values["SECRET_KEY"] = self.secret_key
         return values
@@ -80,6 +83,7 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
         cookie_secure=_flag(*source.dashboard("COOKIE_SECURE"), default=environment == "production"),
         reach_config=_reach_file(*source.dashboard("REACH_CONFIG"), source.environ),
         public_url=_public_url(*source.dashboard("PUBLIC_URL")),
+        trusted_proxies=_proxies(*source.dashboard("TRUSTED_PROXIES")),
         dashboard=_checked_file(source),
     )
 
@@ -158,9 +162,14 @@ def _optional_text(value: Any, where: str) -> str | None:
 
 def _number(value: Any, where: str, low: int, high: int) -> int:
     """An integer written as text (``"4"``) or given as one, in ``low..high``."""
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
+    if digits.isascii() and digits.isdigit():  # "²" and "٣" are digits to isdigit, not to int
         value = int(value.strip())
     return check_int(value, where, low, high)
+
+
+def _proxies(value: Any, where: str) -> int:
+    return 0 if value is None else _number(value, where, 0, MAX_PROXIES)
 
 
 def _flag(value: Any, where: str, *, default: bool) -> bool:

@@ -92,13 +92,26 @@ def check_encodable(value: str, field: str, error: FieldError = ConfigError) -> 
     return value
 
 
-def check_id(value: Any, field: str, error: FieldError = ConfigError) -> str:
+def check_id(value: Any, field: str, error: FieldError = ConfigError, *, url_path: bool = False) -> str:
     """An identifier or key: 1..128 characters, no control characters. Compared byte for byte
-    on every database (leading and trailing spaces are part of it)."""
+    on every database (leading and trailing spaces are part of it). ``url_path``: it also names
+    a page (a new task's id), so it must pass ``check_url_path``."""
     check_text(value, field, ID_MAX, error)
     if any(char in _CONTROL for char in value):
         fail(error, field, "must not contain control characters (tab, line breaks, ...)")
+    if url_path:
+        check_url_path(value, field, error)
     return value  # type: ignore[no-any-return]
+
+
+def check_url_path(value: str, field: str, error: FieldError = ConfigError) -> str:
+    """A name the dashboard puts in a URL path as it is (``/tasks/view/<id>``): any text, ``/``
+    included, except an empty, ``.`` or ``..`` segment between slashes -- a leading, trailing or
+    double ``/``, ``a/./b`` -- which browsers and servers rewrite, so no URL could reach it."""
+    if any(segment in ("", ".", "..") for segment in value.split("/")):
+        fail(error, field, f"must not have an empty, '.' or '..' part between slashes: no URL reaches it "
+                           f"(got {shown(value)})")
+    return value
 
 
 def check_optional_id(value: Any, field: str, error: FieldError = ConfigError) -> str | None:

@@ -58,7 +58,8 @@ def _posted() -> dict[str, Any]:
         raw = form.get(name, "").strip()
         values[name] = raw
         if raw:
-            values[name.rsplit("_", 1)[0] + "_ms"] = int(raw) * unit if raw.isdigit() and len(raw) < 9 else raw
+            whole = raw.isascii() and raw.isdigit() and len(raw) < 9  # "²" is a digit to isdigit, not to int
+            values[name.rsplit("_", 1)[0] + "_ms"] = int(raw) * unit if whole else raw
     return values
 
 

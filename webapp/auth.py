@@ -3,20 +3,22 @@
 - No page or fragment without login, except ``/healthz`` and static files.
 - Roles: viewer (read only) < operator (trigger, resolve, repair, requeue) < admin (tasks,
   templates, users). ``require_role`` answers 403 below the role.
-- Login attempts are rate limited per client address and user name.
+- Sessions live on the server (``Logins``): the signed cookie carries a random token checked
+  against the database on every request, so logout, a password reset, disabling and a role
+  change end a session for good, even for a copy of the cookie; idle sessions expire.
+- Failed logins are counted in the database, per client address and per account
+  (``login_verdict``; HAI_TRUSTED_PROXIES says how many proxies' X-Forwarded-For to believe).
 - Security headers on every response: a Content-Security-Policy without inline script,
   no framing, no MIME sniffing, no referrer leaks; ``Secure`` cookies when served over HTTPS.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
-import time
-from collections import defaultdict, deque
+import ipaddress
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import wraps
+from functools import cache, wraps
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -27,6 +29,7 @@ from flask import (
     abort,
     current_app,
     g,
+    make_response,
     redirect,
     render_template,
     request,
@@ -34,9 +37,13 @@ from flask import (
     url_for,
 )
 from flask.typing import ResponseReturnValue
-from werkzeug.security import check_password_hash
+from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.security import check_password_hash, generate_password_hash
 
-from scheduler_core.runtime.accounts import ROLES, Accounts
+from scheduler_core.errors import ConfigError
+from scheduler_core.runtime.accounts import MAX_PASSWORD, ROLES, Accounts, Logins, LoginVerdict, User
+from scheduler_core.settings import MAX_PROXIES
+from scheduler_core.validation import check_int
 from webapp.htmx import is_htmx
 from webapp.node import accounts_of
 
@@ -44,8 +51,7 @@ bp = Blueprint("auth", __name__)
 PUBLIC_ENDPOINTS = {"auth.login", "health.healthz", "static"}
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
-MAX_FAILURES = 5
-FAILURE_WINDOW_S = 300.0
+MAX_NEXT = 2000  # a longer "next" is no page of this dashboard
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -58,89 +64,119 @@ class CurrentUser:
         return ROLES.index(self.role) >= ROLES.index(role)
 
 
-class LoginThrottle:
-    """At most MAX_FAILURES failed logins per (address, name) within FAILURE_WINDOW_S."""
-
-    def __init__(self) -> None:
-        self._failures: dict[tuple[str, str], deque[float]] = defaultdict(deque)
-        self._lock = threading.Lock()
-
-    def blocked(self, key: tuple[str, str]) -> bool:
-        with self._lock:
-            recent = self._failures[key]
-            while recent and time.monotonic() - recent[0] > FAILURE_WINDOW_S:
-                recent.popleft()
-            return len(recent) >= MAX_FAILURES
-
-    def failed(self, key: tuple[str, str]) -> None:
-        with self._lock:
-            self._failures[key].append(time.monotonic())
-
-    def succeeded(self, key: tuple[str, str]) -> None:
-        with self._lock:
-            self._failures.pop(key, None)
-
-
-def _throttle() -> LoginThrottle:
-    throttle: LoginThrottle = current_app.extensions["hai_login_throttle"]
-    return throttle
-
-
 def _users() -> Accounts:
     return accounts_of(current_app)
 
 
-def _safe_next(target: str | None) -> str:
-    if target and target.startswith("/") and not target.startswith("//") and not urlsplit(target).netloc:
-        return target
-    return url_for("overview.index")
+def _logins() -> Logins:
+    logins: Logins = current_app.extensions["hai_logins"]
+    return logins
+
+
+def safe_next(target: Any) -> str | None:
+    """Where to go after signing in: a path of this site, or None. Refused: anything not
+    starting with one ``/`` (``//host``, ``/\\host`` and schemes leave the site), backslashes,
+    control characters (CR/LF would split the Location header), unpaired surrogates, over MAX_NEXT."""
+    if not isinstance(target, str) or not target.startswith("/") or len(target) > MAX_NEXT:
+        return None
+    if target.startswith("//") or "\\" in target or any(ord(c) < 0x20 or ord(c) == 0x7F for c in target):
+        return None
+    try:
+        target.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    parts = urlsplit(target)
+    return target if not parts.scheme and not parts.netloc else None
+
+
+def client_address() -> str:
+    """The address failed logins are counted by: the peer's, or -- behind HAI_TRUSTED_PROXIES
+    proxies -- the one the outermost trusted proxy saw (ProxyFix). IPv6 counts by its /64: one
+    client usually holds the whole network."""
+    try:
+        address = ipaddress.ip_address((request.remote_addr or "").strip())
+    except ValueError:
+        return "unknown"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network((address, 64), strict=False))
+    return str(address)
+
+
+@cache
+def _decoy_hash() -> str:
+    """A hash to check a password against when the user does not exist, so an unknown name
+    takes as long to refuse as a wrong password."""
+    return generate_password_hash("no user has this password")
+
+
+def _login_page(next_url: str | None, error: str | None, status: int = 200) -> Response:
+    return make_response(render_template("auth/login.html", next=next_url, error=error), status)
+
+
+def _throttled(next_url: str | None, verdict: LoginVerdict) -> Response:
+    seconds = max(1, math.ceil(verdict.retry_after_ms / 1000))
+    wait = f"{seconds} seconds" if seconds < 120 else f"{math.ceil(seconds / 60)} minutes"
+    whom = "from your address" if verdict.reason == "address" else "for this user from your address"
+    response = _login_page(next_url, f"Too many failed sign-ins {whom}; try again in {wait}.", 429)
+    response.headers["Retry-After"] = str(seconds)
+    return response
 
 
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> ResponseReturnValue:
-    next_url = request.values.get("next")
-    if request.method == "GET":
-        return render_template("auth/login.html", next=next_url, error=None)
+    next_url = safe_next(request.values.get("next"))  # checked first: a bad one is dropped, never followed
+    if request.method != "POST":  # GET, and HEAD: looking at the page is no sign-in attempt
+        return _login_page(next_url, None)
     name = request.form.get("username", "").strip()
-    key = (request.remote_addr or "?", name)
-    throttle = _throttle()
-    if throttle.blocked(key):
-        return render_template("auth/login.html", next=next_url,
-                               error="Too many failed attempts; wait a few minutes."), 429
-    user = _users().get(name) if name else None
-    if user is None or user.disabled or not check_password_hash(user.password_hash, request.form.get("password", "")):
-        throttle.failed(key)
-        return render_template("auth/login.html", next=next_url, error="Unknown user name or wrong password."), 401
-    throttle.succeeded(key)
+    password = request.form.get("password", "")
+    address, logins = client_address(), _logins()
+    verdict = logins.verdict(address, name)
+    if not verdict.allowed:
+        return _throttled(next_url, verdict)
+    logins.attempt(address, name)  # counted before the (slow) password check; taken back on success
+    user = _known_user(name)
+    # The hash is checked whether or not the user exists or is enabled: the time taken tells nothing.
+    matches = len(password) <= MAX_PASSWORD and check_password_hash(
+        user.password_hash if user is not None else _decoy_hash(), password)
+    if user is None or user.disabled or not matches:
+        return _login_page(next_url, "Unknown user name or wrong password.", 401)
+    logins.succeeded(address, user.name)
+    logins.end_session(session.get("sid"))  # signing in again (as anyone) ends the session this browser had
     session.clear()
-    session["user"] = user.name
-    session["credential"] = _credential(user.password_hash)
+    session["sid"] = logins.start_session(user.name)
     session.permanent = True
     _users().record_login(user.name)
-    return redirect(_safe_next(next_url))
+    return redirect(next_url or url_for("overview.index"))
+
+
+def _known_user(name: str) -> User | None:
+    try:
+        return _users().get(name) if name else None
+    except ConfigError:  # no user can be named so (NUL, too long): a failed sign-in like any other
+        return None
 
 
 @bp.post("/logout")
 def logout() -> ResponseReturnValue:
+    _logins().end_session(session.get("sid"))  # the cookie's copies stop working too
     session.clear()
     return redirect(url_for("auth.login"))
 
 
-def _credential(password_hash: str) -> str:
-    """A short fingerprint of the user's password hash kept in the session: a password reset
-    ends every other session of that user (the hash itself never leaves the database)."""
-    return hashlib.sha256(password_hash.encode()).hexdigest()[:16]
-
-
 def _load_user() -> ResponseReturnValue | None:
-    g.user = None
-    name = session.get("user")
-    if name:
-        user = _users().get(name)
-        if user is not None and not user.disabled and session.get("credential") == _credential(user.password_hash):
-            g.user = CurrentUser(user.name, user.role)
+    g.user, g.session_token = None, None
+    if request.endpoint == "static":
+        return None
+    if "sid" in session:
+        found = _logins().session_user(session["sid"])
+        if found is not None:
+            g.user, g.session_token = CurrentUser(found.name, found.role), session["sid"]
         else:
-            session.clear()  # disabled, deleted or password reset: this session is over for good
+            session.clear()  # ended, expired, or its user disabled: over for good
+    elif "user" in session:
+        session.clear()  # a cookie from before server-side sessions: sign in again
     if g.user is None and request.endpoint not in PUBLIC_ENDPOINTS:
         if is_htmx():
             response = Response(status=401)
@@ -148,6 +184,12 @@ def _load_user() -> ResponseReturnValue | None:
             return response
         return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
     return None
+
+
+def own_session(name: str) -> str | None:
+    """The current session's token when ``name`` is the signed-in user (a change they make to
+    their own account keeps the session that made it; their other sessions end)."""
+    return g.get("session_token") if g.get("user") is not None and g.user.name == name else None
 
 
 def _security_headers(response: Response) -> Response:
@@ -196,7 +238,10 @@ def _template_globals() -> dict[str, Any]:
 
 
 def install(app: Flask) -> None:
-    app.extensions["hai_login_throttle"] = LoginThrottle()  # per app: one process may host several
+    app.extensions["hai_logins"] = Logins(app.extensions["hai_engine"])
+    proxies = check_int(app.config.get("TRUSTED_PROXIES", 0), "HAI_TRUSTED_PROXIES", 0, MAX_PROXIES)
+    if proxies:  # believe X-Forwarded-For as far as that many proxies of ours appended to it
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies)  # type: ignore[method-assign]
     app.before_request(_load_user)
     app.after_request(_security_headers)
     app.context_processor(_template_globals)

@@ -9,16 +9,35 @@ would add a layer without removing any of that.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from flask import request
 
 from scheduler_core.runtime.accounts import MAX_REASON
+from scheduler_core.validation import check_ms
+
+VERSION_FIELD = "expected_updated_at"
+_NUMBER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+_LONGEST_NUMBER = 20  # longer digit strings are refused as they are, never converted
+
+
+def whole_number(text: str) -> int | None:
+    """``text`` as a whole number written in ASCII digits (at most 16 of them), else None."""
+    text = text.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 16:
+        return None
+    return int(text)
 
 
 def posted_version() -> int | None:
-    """The row version (``updated_at``) the form was made on; None when missing or not a number."""
-    return request.form.get("expected_updated_at", type=int)
+    """The row version (``updated_at``) the form was made on; None when it is missing or not a
+    number (a broken page: the caller asks to reload). A number that is no unix ms -- negative,
+    beyond 2**53-1, 40 digits -- is refused by the core's rule: ConfigError naming the field (400)."""
+    text = request.form.get(VERSION_FIELD, "").strip()
+    if _NUMBER.fullmatch(text) is None:
+        return None
+    return check_ms(int(text) if len(text) <= _LONGEST_NUMBER else text, VERSION_FIELD)
 
 
 def review_errors(status: str, outcomes: Sequence[str], reason: str, expected: int | None) -> dict[str, str]:
@@ -32,5 +51,5 @@ def review_errors(status: str, outcomes: Sequence[str], reason: str, expected: i
     elif len(reason) > MAX_REASON:
         errors["reason"] = f"Keep the reason under {MAX_REASON} characters."
     if expected is None:
-        errors["expected_updated_at"] = "The page is missing the row version; reload it."
+        errors[VERSION_FIELD] = "The page is missing the row version; reload it."
     return errors

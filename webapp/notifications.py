@@ -18,7 +18,7 @@ from scheduler_core.reach.queue import FAILURE_CLASSES, QUEUE_STATUSES, BulkPrev
 from scheduler_core.reach.templates import parse_values
 from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.forms import posted_version, review_errors
+from webapp.forms import posted_version, review_errors, whole_number
 from webapp.htmx import error_status, page_or_fragment
 from webapp.node import reach_of
 
@@ -126,10 +126,10 @@ def bulk_preview() -> ResponseReturnValue:
 
 
 def _form_int(name: str) -> int:
-    value = request.form.get(name, "").strip()
-    if not value.isdigit() or len(value) > 16:
+    value = whole_number(request.form.get(name, ""))
+    if value is None:
         raise ReachConfigError(name, "must be a whole number; go back to the preview and try again")
-    return int(value)
+    return value
 
 
 def _posted_preview() -> BulkPreview:

@@ -1,6 +1,11 @@
 """Tasks: search and keyset list, create / edit forms (api and hook; code tasks read-only),
 enable / disable / delete (compare-and-set), trigger and rerun, detail with history. Every
-action is audited with masked before / after."""
+action is audited with masked before / after.
+
+URLs put the action before the task id (``/tasks/edit/<id>``, ``/tasks/view/<id>``): an id may
+hold ``/`` and any word, so ``new``, ``cron-preview`` or ``x/edit`` each still name one page.
+Only ids with an empty, ``.`` or ``..`` segment cannot be carried by a URL; the core refuses
+them for new tasks (``check_id(..., url_path=True)``)."""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
 from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.forms import posted_version
+from webapp.forms import posted_version, whole_number
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm
@@ -159,7 +164,7 @@ def create() -> ResponseReturnValue:
     return redirect(url_for("tasks.detail", task_id=stored.id), 303)
 
 
-@bp.get("/<path:task_id>/edit")
+@bp.get("/edit/<path:task_id>")
 @require_role("admin")
 def edit(task_id: str) -> ResponseReturnValue:
     task = scheduler_of(current_app).task_ops.get(task_id)
@@ -169,7 +174,7 @@ def edit(task_id: str) -> ResponseReturnValue:
     return _render_form(TaskForm.from_task(task), task)
 
 
-@bp.post("/<path:task_id>/edit")
+@bp.post("/edit/<path:task_id>")
 @require_role("admin")
 def update(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
@@ -203,13 +208,13 @@ def update(task_id: str) -> ResponseReturnValue:
 # --- enable / disable / delete ------------------------------------------------------------------
 
 
-@bp.post("/<path:task_id>/enable")
+@bp.post("/enable/<path:task_id>")
 @require_role("admin")
 def enable(task_id: str) -> ResponseReturnValue:
     return _set_enabled(task_id, True)
 
 
-@bp.post("/<path:task_id>/disable")
+@bp.post("/disable/<path:task_id>")
 @require_role("admin")
 def disable(task_id: str) -> ResponseReturnValue:
     return _set_enabled(task_id, False)
@@ -232,13 +237,13 @@ def _set_enabled(task_id: str, enabled: bool) -> ResponseReturnValue:
     return redirect(url_for("tasks.detail", task_id=task_id), 303)
 
 
-@bp.get("/<path:task_id>/delete")
+@bp.get("/delete/<path:task_id>")
 @require_role("admin")
 def confirm_delete(task_id: str) -> ResponseReturnValue:
     return render_template("tasks/delete.html", task=scheduler_of(current_app).task_ops.get(task_id))
 
 
-@bp.post("/<path:task_id>/delete")
+@bp.post("/delete/<path:task_id>")
 @require_role("admin")
 def delete(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
@@ -260,7 +265,7 @@ def delete(task_id: str) -> ResponseReturnValue:
 # --- trigger / rerun -----------------------------------------------------------------------------
 
 
-@bp.post("/<path:task_id>/trigger")
+@bp.post("/trigger/<path:task_id>")
 @require_role("operator")
 def trigger(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
@@ -292,7 +297,7 @@ def _journaled(occurrence_id: str) -> bool:
     return True
 
 
-@bp.post("/<path:task_id>/occurrences/<occurrence_id>/rerun")
+@bp.post("/rerun/<occurrence_id>/<path:task_id>")
 @require_role("operator")
 def rerun(task_id: str, occurrence_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
@@ -327,11 +332,14 @@ def _flash_started(task_id: str, occurrence: str, status: str, reason: str | Non
 # --- pause / resume --------------------------------------------------------------------------------
 
 
-@bp.post("/<path:task_id>/pause")
+@bp.post("/pause/<path:task_id>")
 @require_role("operator")
 def pause(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     task = scheduler.task_ops.get(task_id)
+    if scheduler.task_ops.state(task_id).state == "paused":  # a stale page: its form is gone, so are its errors
+        flash(f"Task {task_id} is already paused; resume it first to pause it with another reason.", "info")
+        return redirect(url_for("tasks.detail", task_id=task_id), 303)
     reason = request.form.get("reason", "").strip()
     minutes = request.form.get("minutes", "").strip()
     typed = {"reason": reason, "minutes": minutes}
@@ -339,9 +347,10 @@ def pause(task_id: str) -> ResponseReturnValue:
         return _detail(task, {"reason": "Say why it is paused: the next operator reads it."}, typed), 400
     until = None
     if minutes:
-        if not minutes.isdigit() or not 1 <= int(minutes) <= 7 * 24 * 60:
+        count = whole_number(minutes)
+        if count is None or not 1 <= count <= 7 * 24 * 60:
             return _detail(task, {"until_ms": "A whole number of minutes, 1 to 10080 (7 days)."}, typed), 400
-        until = scheduler.task_ops.now_ms() + int(minutes) * 60_000
+        until = scheduler.task_ops.now_ms() + count * 60_000
     try:
         paused = scheduler.pause(task_id, reason=reason, until_ms=until, by=g.user.name)
     except ConfigError as exc:
@@ -352,7 +361,7 @@ def pause(task_id: str) -> ResponseReturnValue:
     return redirect(url_for("tasks.detail", task_id=task_id), 303)
 
 
-@bp.post("/<path:task_id>/resume")
+@bp.post("/resume/<path:task_id>")
 @require_role("operator")
 def resume(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
@@ -368,7 +377,7 @@ def resume(task_id: str) -> ResponseReturnValue:
 # --- detail ----------------------------------------------------------------------------------------
 
 
-@bp.get("/<path:task_id>")
+@bp.get("/view/<path:task_id>")
 def detail(task_id: str) -> ResponseReturnValue:
     task = scheduler_of(current_app).task_ops.get(task_id)
     if wants_fragment():
@@ -390,7 +399,7 @@ def _detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str])
                            log_links=_log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker)
 
 
-@bp.get("/<path:task_id>/occurrences")
+@bp.get("/occurrences/<path:task_id>")
 def occurrences(task_id: str) -> ResponseReturnValue:
     """The history fragment (re-fetched every 5 s while one of its rows is running)."""
     ops = scheduler_of(current_app).task_ops

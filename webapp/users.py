@@ -1,6 +1,8 @@
 """Users (admin only): list, create, change a role, disable / enable, reset a password. Each
-change is a compare-and-set on the user's ``updated_at``; passwords are hashed here (werkzeug)
-and never shown, flashed or audited; the last enabled admin stays."""
+change is a compare-and-set on the user's ``updated_at`` and ends the user's sessions (an admin
+changing their own account keeps the session they do it from); passwords are hashed here (werkzeug)
+and never shown, flashed or audited; the last enabled admin stays. URLs put the action before
+the name (``/users/role/<name>``): a user may be called ``new``."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from scheduler_core.runtime.accounts import (
     check_username,
 )
 from webapp.audit import record_action
-from webapp.auth import require_role
+from webapp.auth import own_session, require_role
 from webapp.forms import posted_version
 from webapp.htmx import shown_again
 from webapp.node import accounts_of
@@ -136,13 +138,13 @@ def _conflict(name: str) -> ResponseReturnValue:
     return redirect(url_for("users.manage", name=name)), 303
 
 
-@bp.get("/<name>")
+@bp.get("/manage/<name>")
 @require_role("admin")
 def manage(name: str) -> ResponseReturnValue:
     return _manage(_user_or_404(name))
 
 
-@bp.post("/<name>/role")
+@bp.post("/role/<name>")
 @require_role("admin")
 def set_role(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
@@ -153,25 +155,26 @@ def set_role(name: str) -> ResponseReturnValue:
         flash(f"{name} is already {role}: nothing to change.", "info")
         return redirect(url_for("users.manage", name=name)), 303
     try:
-        changed = _accounts().set_role(name, role, expected)
+        changed = _accounts().set_role(name, role, expected, keep_session=own_session(name))
     except ConflictError:
         return _conflict(name)
     except ConfigError as exc:  # a bad role, or the last enabled admin
         return _manage(user, {"role": _message(exc)}, 400)
     _audit("user.role", name, before={"role": user.role}, after={"role": changed.role})
-    flash(f"{name} is now {changed.role}.", "success")
+    flash(f"{name} is now {changed.role}{'' if name == g.user.name else ': their open sessions have ended'}.",
+          "success")
     if name == g.user.name and changed.role != "admin":  # stepped down: the users pages are closed to them now
         return redirect(url_for("overview.index")), 303
     return redirect(url_for("users.manage", name=name)), 303
 
 
-@bp.post("/<name>/disable")
+@bp.post("/disable/<name>")
 @require_role("admin")
 def disable(name: str) -> ResponseReturnValue:
     return _set_disabled(name, True)
 
 
-@bp.post("/<name>/enable")
+@bp.post("/enable/<name>")
 @require_role("admin")
 def enable(name: str) -> ResponseReturnValue:
     return _set_disabled(name, False)
@@ -190,12 +193,11 @@ def _set_disabled(name: str, disabled: bool) -> ResponseReturnValue:
         return _manage(user, {"disabled": _message(exc)}, 400)
     verb = "disable" if disabled else "enable"
     _audit(f"user.{verb}", name, before={"disabled": user.disabled}, after={"disabled": changed.disabled})
-    flash(f"{name} is {'disabled: their session ends at their next request' if disabled else 'enabled'}.",
-          "success")
+    flash(f"{name} is {'disabled: every session of theirs has ended' if disabled else 'enabled'}.", "success")
     return redirect(url_for("users.manage", name=name)), 303
 
 
-@bp.post("/<name>/password")
+@bp.post("/password/<name>")
 @require_role("admin")
 def reset_password(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
@@ -208,9 +210,10 @@ def reset_password(name: str) -> ResponseReturnValue:
     if expected is None:
         return _manage(user, {"password": MISSING_VERSION}, 400)
     try:
-        _accounts().reset_password(name, generate_password_hash(password), expected)
+        _accounts().reset_password(name, generate_password_hash(password), expected, keep_session=own_session(name))
     except ConflictError:
         return _conflict(name)
     _audit("user.password", name, after={"password_reset": True})
-    flash(f"The password of {name} was reset.", "success")
+    flash(f"The password of {name} was reset{'' if name == g.user.name else '; their open sessions have ended'}.",
+          "success")
     return redirect(url_for("users.manage", name=name)), 303

@@ -308,3 +308,33 @@ audit_log = Table(
     Index(None, "action", "at"),
     **MYSQL_TABLE_OPTIONS,
 )
+
+# Dashboard sessions (migration 0008): the signed cookie holds a random token, this table its
+# SHA-256, so a session ends for good when its row goes (logout, password reset, disable, role change).
+user_sessions = Table(
+    "user_sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),  # hex SHA-256 of the cookie's token, never the token
+    Column("username", String(64), nullable=False),
+    _ms("created_at"),
+    _ms("last_seen_at"),  # advanced at most once a minute per session
+    _ms("expires_at"),  # min(created_at + lifetime, last_seen_at + idle timeout)
+    Index(None, "username"),  # end every session of a user
+    Index(None, "expires_at"),  # prune the expired ones
+    **MYSQL_TABLE_OPTIONS,
+)
+
+# Failed sign-ins of the last window (migration 0008), counted per client address and per account
+# by every worker alike; older rows are pruned as new ones come.
+login_failures = Table(
+    "login_failures",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    _ms("at"),
+    Column("address", String(64), nullable=False),  # the client address (IPv6: its /64)
+    Column("username", String(64), nullable=True),  # the name typed, when it could name a user
+    Index(None, "address", "at"),
+    Index(None, "username", "at"),
+    Index(None, "at"),
+    **MYSQL_TABLE_OPTIONS,
+)

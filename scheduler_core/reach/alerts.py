@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFoundError
 from scheduler_core.reach.alert_rules import ALERT_VARIABLES, AlertEvent, AlertRule
@@ -236,7 +237,8 @@ class Alerts:
                 for n in repo.lost_nodes(older_than)]
 
     def _execution_fact(self, event: AlertEvent, e: JournalEvent, key: str) -> Fact:
-        page = "/executions/unknown" if e.status == ExecutionStatus.UNKNOWN else f"/executions/?task={e.task_id}"
+        page = ("/executions/unknown" if e.status == ExecutionStatus.UNKNOWN
+                else f"/executions/?task={quote(e.task_id, safe='')}")
         values = {"task_id": e.task_id, "task_name": e.task_name or e.task_id, "occurrence_id": e.occurrence_id,
                   "status": e.status, "reason": e.reason or "", "error": (e.error or "")[:500],
                   "node_id": e.owner_node or "", "scheduled": _iso(e.scheduled_minute), "at": _iso(e.updated_at),

@@ -14,7 +14,15 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scheduler_core.errors import ReachConfigError
-from scheduler_core.validation import ID_MAX, check_bool, check_int, check_optional_text, check_text, shown
+from scheduler_core.validation import (
+    ID_MAX,
+    check_bool,
+    check_int,
+    check_optional_text,
+    check_text,
+    check_url_path,
+    shown,
+)
 
 _WALL_TIME = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 DELAY_RANGE = (1_000, 86_400_000)
@@ -97,13 +105,17 @@ class TemplateConfig:
     subject: str | None = None
 
     def __post_init__(self) -> None:
-        check_template(self.name, self.provider, self.body, self.subject, "templates.")
+        # Also built from stored rows and re-read configuration: a name saved before the URL
+        # rule existed stays readable (and deletable); only a template being saved must pass it.
+        check_template(self.name, self.provider, self.body, self.subject, "templates.", saving=False)
 
 
-def check_template(name: Any, provider: Any, body: Any, subject: Any, prefix: str = "") -> None:
+def check_template(name: Any, provider: Any, body: Any, subject: Any, prefix: str = "", *,
+                   saving: bool = True) -> None:
     """One template's fields, wherever it comes from (configuration, the API, a form); ``prefix``
-    says where in the configuration (``templates.``) so the field named is the one to fix."""
-    check_template_name(name, f"{prefix}name")
+    says where in the configuration (``templates.``) so the field named is the one to fix.
+    ``saving``: the template is being stored, so its name must also be one a URL can carry."""
+    check_template_name(name, f"{prefix}name", url_path=saving)
     where = f"{prefix}{name}." if prefix else ""
     check_text(provider, f"{where}provider", ID_MAX, ReachConfigError, single_line=True)
     check_text(body, f"{where}body", TEMPLATE_BODY_MAX, ReachConfigError)
@@ -111,10 +123,15 @@ def check_template(name: Any, provider: Any, body: Any, subject: Any, prefix: st
     check_optional_text(subject, f"{where}subject", TEMPLATE_SUBJECT_MAX, ReachConfigError, single_line=True)
 
 
-def check_template_name(name: Any, field: str = "name") -> str:
+def check_template_name(name: Any, field: str = "name", *, url_path: bool = False) -> str:
+    """A template's name: 1..128 printable characters without surrounding whitespace. With
+    ``url_path`` (a template being saved) also one the dashboard's URLs can carry
+    (``/notifications/templates/show/<name>``): no empty, ``.`` or ``..`` part between slashes."""
     check_text(name, field, ID_MAX, ReachConfigError)
     if name != name.strip() or not name.isprintable():
         raise ReachConfigError(field, "must be 1..128 printable characters without surrounding whitespace")
+    if url_path:
+        check_url_path(name, field, ReachConfigError)
     return name  # type: ignore[no-any-return]
 
 

@@ -6,16 +6,24 @@ runtime -> store): it builds ``Accounts(engine)`` and ``AuditTrail(engine)`` fro
 Passwords never come here: the caller hashes them (werkzeug) and hands over the hash;
 ``check_new_password`` only holds the rules a new password must meet, so every caller
 applies the same ones. Every bad input raises :class:`ConfigError` naming its field.
+
+``Logins`` holds what a sign-in leaves on the server, shared by every worker: sessions (the
+cookie carries a random token; the database its SHA-256, so ending a session is deleting a row)
+and the login throttle (``login_verdict``: the rule, in the README's security section).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import ConfigError
+from scheduler_core.store.logins import FailureCounts, LoginFailureRepository, SessionRepository, SessionUser
 from scheduler_core.store.users import ROLES, AuditEntry, AuditRepository, LastAdminError, User, UserRepository
 from scheduler_core.validation import (
     check_bool,
@@ -27,8 +35,9 @@ from scheduler_core.validation import (
     shown,
 )
 
-__all__ = ["MIN_PASSWORD", "ROLES", "Accounts", "AuditEntry", "AuditTrail", "LastAdminError", "User",
-           "check_new_password", "check_role", "check_username"]
+__all__ = ["MIN_PASSWORD", "ROLES", "Accounts", "AuditEntry", "AuditTrail", "FailureCounts", "LastAdminError",
+           "LoginVerdict", "Logins", "SessionUser", "User", "check_new_password", "check_role", "check_username",
+           "login_verdict"]
 MAX_NAME = 64
 MAX_REASON = 2000
 TARGET_MAX = 255  # what an action was about: a task id, an occurrence id, a template name
@@ -36,6 +45,15 @@ MIN_PASSWORD = 8
 MAX_PASSWORD = 1024  # hashing is deliberately slow: bound the work one form can ask for
 MAX_HASH = 255  # the column's width
 USERNAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")  # ASCII only: no look-alike letters, safe in a URL path
+
+SESSION_LIFETIME_MS = 12 * 3_600_000  # a session ends 12 h after sign-in, whatever happens
+SESSION_IDLE_MS = 3_600_000  # ... or after an hour without a request (an open page's live refresh counts)
+SESSION_TOUCH_MS = 60_000  # a session's last request is written at most once a minute
+FAILURE_WINDOW_MS = 15 * 60_000  # failed sign-ins count for 15 minutes
+ADDRESS_LIMIT = 20  # failures from one client address in the window: then it is refused
+ACCOUNT_FREE = 5  # failures on one account (from anywhere) before addresses that failed on it wait
+ACCOUNT_FIRST_WAIT_MS = 5_000  # their wait after ACCOUNT_FREE failures, doubling with each further one
+ACCOUNT_MAX_WAIT_MS = 5 * 60_000
 
 
 def _name(field: str, value: Any) -> str:
@@ -115,17 +133,25 @@ class Accounts:
         return self._repo.create(check_username(name), check_role(role), _hash(password_hash))
 
     def set_password(self, name: str, password_hash: str) -> bool:
-        """Replace the password hash whatever the version (``create-user --reset``); False when no such user."""
+        """Replace the password hash whatever the version (``create-user --reset``); False when no
+        such user. Every session of the user ends."""
         return self._repo.set_password(_name("name", name), _hash(password_hash))
 
-    def reset_password(self, name: str, password_hash: str, expected_updated_at: int) -> User:
-        return self._repo.reset_password(_name("name", name), _hash(password_hash), _version(expected_updated_at))
+    def reset_password(self, name: str, password_hash: str, expected_updated_at: int,
+                       keep_session: str | None = None) -> User:
+        """A new password; every session of the user ends but ``keep_session`` (the token of the
+        session asking, when it is the user's own)."""
+        return self._repo.reset_password(_name("name", name), _hash(password_hash), _version(expected_updated_at),
+                                         _digest_or_none(keep_session))
 
-    def set_role(self, name: str, role: str, expected_updated_at: int) -> User:
-        return self._repo.set_role(_name("name", name), check_role(role), _version(expected_updated_at))
+    def set_role(self, name: str, role: str, expected_updated_at: int, keep_session: str | None = None) -> User:
+        """A new role; every session of the user ends but ``keep_session`` (as for a password)."""
+        return self._repo.set_role(_name("name", name), check_role(role), _version(expected_updated_at),
+                                   _digest_or_none(keep_session))
 
     def set_disabled(self, name: str, disabled: bool, expected_updated_at: int, actor: str | None = None) -> User:
-        """Disable (or enable) ``name``; ``actor``, the admin asking, may not disable themselves."""
+        """Disable (or enable) ``name``, ending every session of theirs; ``actor``, the admin
+        asking, may not disable themselves."""
         check_bool(disabled, "disabled")
         if disabled and actor is not None and actor == name:
             raise ConfigError("disabled", "you cannot disable your own account")
@@ -133,6 +159,99 @@ class Accounts:
 
     def record_login(self, name: str) -> None:
         self._repo.record_login(_name("name", name))
+
+
+def _digest(token: str) -> str:
+    """What the database keeps of a session token: its SHA-256 (a copy of the table is no cookie)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _digest_or_none(token: Any) -> str | None:
+    return _digest(token) if _is_token(token) else None
+
+
+def _is_token(token: Any) -> bool:
+    return isinstance(token, str) and 32 <= len(token) <= 64 and token.isascii()
+
+
+@dataclass(frozen=True)
+class LoginVerdict:
+    """Whether a sign-in may be tried now, and if not, for how long it waits."""
+
+    allowed: bool
+    retry_after_ms: int = 0
+    reason: str | None = None  # "address" (refused) | "account" (slowed down)
+
+
+def login_verdict(counts: FailureCounts) -> LoginVerdict:
+    """The throttle's rule, on the failures of the last FAILURE_WINDOW_MS.
+
+    - Per client address: ADDRESS_LIMIT failures (any names) and the address is refused until the
+      oldest leaves the window. Spraying names from one address is stopped by this.
+    - Per account: once it has ACCOUNT_FREE failures (from anywhere), an address that has itself
+      failed on it waits ACCOUNT_FIRST_WAIT_MS after its latest failure there, doubling with each
+      further failure on the account, at most ACCOUNT_MAX_WAIT_MS. An address without a failure on
+      the account never waits: the right password from elsewhere always signs in, and a stranger
+      can slow down only the addresses that guessed wrong.
+    """
+    if counts.from_address >= ADDRESS_LIMIT and counts.oldest_from_address is not None:
+        return LoginVerdict(False, max(1, counts.oldest_from_address + FAILURE_WINDOW_MS - counts.now), "address")
+    last = counts.last_on_account_from_address
+    if counts.on_account >= ACCOUNT_FREE and last is not None:
+        wait = min(ACCOUNT_MAX_WAIT_MS, ACCOUNT_FIRST_WAIT_MS * 2 ** min(counts.on_account - ACCOUNT_FREE, 16))
+        if last + wait > counts.now:
+            return LoginVerdict(False, last + wait - counts.now, "account")
+    return LoginVerdict(True)
+
+
+def _account(name: Any) -> str | None:
+    """The account a typed name counts against: None when no user could have it."""
+    return name if isinstance(name, str) and USERNAME.fullmatch(name) else None
+
+
+def _address(address: Any) -> str:
+    return check_text(address, "address", 64, single_line=True)
+
+
+class Logins:
+    """Sessions and the login throttle (see the module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._sessions = SessionRepository(engine)
+        self._failures = LoginFailureRepository(engine)
+
+    def start_session(self, name: str) -> str:
+        """A new session of ``name``; returns the token for the cookie (only its digest is stored)."""
+        token = secrets.token_urlsafe(32)
+        self._sessions.start(_digest(token), _name("name", name), SESSION_IDLE_MS, SESSION_LIFETIME_MS)
+        return token
+
+    def session_user(self, token: Any) -> SessionUser | None:
+        """Who a session token signs in, or None: unknown, ended, expired, idle too long, or its
+        user gone or disabled."""
+        if not _is_token(token):
+            return None
+        return self._sessions.check(_digest(token), SESSION_IDLE_MS, SESSION_LIFETIME_MS, SESSION_TOUCH_MS)
+
+    def end_session(self, token: Any) -> None:
+        if _is_token(token):
+            self._sessions.end(_digest(token))
+
+    def sessions_of(self, name: str) -> int:
+        return self._sessions.count(_name("name", name))
+
+    def verdict(self, address: str, name: Any) -> LoginVerdict:
+        """May a sign-in as ``name`` from ``address`` be tried now (``login_verdict``)?"""
+        return login_verdict(self._failures.counts(_address(address), _account(name), FAILURE_WINDOW_MS))
+
+    def attempt(self, address: str, name: Any) -> None:
+        """Count a sign-in as failed before its password is checked: concurrent guesses are all
+        counted. ``succeeded`` takes it back."""
+        self._failures.record(_address(address), _account(name), FAILURE_WINDOW_MS)
+
+    def succeeded(self, address: str, name: str) -> None:
+        """``name`` signed in from ``address``: its failures there no longer count."""
+        self._failures.clear(_address(address), _name("name", name))
 
 
 class AuditTrail:

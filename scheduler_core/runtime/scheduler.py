@@ -226,6 +226,7 @@ class Scheduler:
         ctx = self.context()
         if not isinstance(task, TaskDefinition):
             raise ConfigError("task", "must be a TaskDefinition")
+        check_id(task.id, "id", url_path=True)  # new ids only: stored tasks stay readable
         stored = ctx.tasks.insert(validate_task(task, self._executors.validate))
         self._snapshot = {**self._snapshot, stored.id: stored}  # published only after the write
         return stored

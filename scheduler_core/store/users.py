@@ -1,6 +1,7 @@
 """Dashboard users and the audit trail. A change that could take away the last administrator
 locks every enabled admin's row first (in name order), so two admins demoting each other at once
-are serialised and the second is refused."""
+are serialised and the second is refused. A change of password, role or state ends the user's
+sessions in the same transaction (``keep``: the one session that asked, when it is theirs)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms,
 from scheduler_core.db.tables import audit_log, users
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.store.dialect import greatest
+from scheduler_core.store.logins import end_user_sessions
 from scheduler_core.store.transactions import one_row, read, write
 
 ROLES = ("viewer", "operator", "admin")
@@ -101,28 +103,37 @@ class UserRepository:
         return write(self.engine, work)
 
     def set_password(self, name: str, password_hash: str) -> bool:
-        """A new password hash whatever the version (the ``create-user --reset`` command)."""
-        return write(self.engine, lambda c: one_row(c.execute(update(users).where(users.c.username == name).values(
-            password_hash=password_hash, updated_at=greatest(c, db_now_ms(), users.c.updated_at + 1)))))
+        """A new password hash whatever the version (the ``create-user --reset`` command); every
+        session of the user ends with it."""
 
-    def reset_password(self, name: str, password_hash: str, expected_updated_at: int) -> User:
+        def work(conn: Connection) -> bool:
+            changed = one_row(conn.execute(update(users).where(users.c.username == name).values(
+                password_hash=password_hash, updated_at=greatest(conn, db_now_ms(), users.c.updated_at + 1))))
+            end_user_sessions(conn, name)
+            return changed
+
+        return write(self.engine, work)
+
+    def reset_password(self, name: str, password_hash: str, expected_updated_at: int, keep: str | None = None) -> User:
         """A new password hash at version ``expected_updated_at`` only (ConflictError otherwise)."""
-        return self._change(name, expected_updated_at, {"password_hash": password_hash}, what="password")
+        return self._change(name, expected_updated_at, {"password_hash": password_hash}, what="password", keep=keep)
 
-    def set_role(self, name: str, role: str, expected_updated_at: int) -> User:
+    def set_role(self, name: str, role: str, expected_updated_at: int, keep: str | None = None) -> User:
         """Change a user's role at version ``expected_updated_at``; LastAdminError when it would
         demote the last enabled admin, ConflictError when the user changed or is gone."""
         _check_role(role)
-        return self._change(name, expected_updated_at, {"role": role}, what="role")
+        return self._change(name, expected_updated_at, {"role": role}, what="role", keep=keep)
 
     def set_disabled(self, name: str, disabled: bool, expected_updated_at: int) -> User:
         """Disable or enable a user at version ``expected_updated_at``; LastAdminError when it
         would disable the last enabled admin, ConflictError when the user changed or is gone."""
         return self._change(name, expected_updated_at, {"disabled": bool(disabled)}, what="disabled")
 
-    def _change(self, name: str, expected_updated_at: int, values: dict[str, Any], what: str) -> User:
+    def _change(self, name: str, expected_updated_at: int, values: dict[str, Any], what: str,
+                keep: str | None = None) -> User:
         """Check and change in ONE transaction: lock the enabled admins, then the user; refuse a
-        stale version or losing the last admin (nothing written); else write and read back."""
+        stale version or losing the last admin (nothing written); else write, end the user's
+        sessions but ``keep`` (a session digest), and read back."""
 
         def work(conn: Connection) -> User:
             admins = list(conn.execute(select(users.c.username).where(*_ENABLED_ADMIN)
@@ -141,6 +152,7 @@ class UserRepository:
             ).values(**values, updated_at=greatest(conn, db_now_ms(), users.c.updated_at + 1))).rowcount
             if changed != 1:  # cannot happen under the row lock; never report a change that did not land
                 raise ConflictError(f"user {name!r} changed meanwhile", name=name)
+            end_user_sessions(conn, name, keep)
             return _user(conn.execute(select(users).where(users.c.username == name)).one())
 
         return write(self.engine, work)

@@ -138,3 +138,23 @@ def test_the_public_url_is_an_http_address() -> None:
         assert exc.field == "HAI_PUBLIC_URL"
     else:
         raise AssertionError("a public URL without a scheme was accepted")
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "17", "1.5", "²", "٣"])
+def test_trusted_proxies_is_a_small_count_checked_with_the_others(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        read_settings(environ={"HAI_DATABASE_URL": "sqlite:///x.db", "HAI_TRUSTED_PROXIES": value})
+    assert info.value.field == "HAI_TRUSTED_PROXIES"
+
+
+def test_trusted_proxies_reaches_the_dashboard_config() -> None:
+    base = {"HAI_DATABASE_URL": "sqlite:///x.db"}
+    assert read_settings(environ=base).dashboard_config()["TRUSTED_PROXIES"] == 0
+    assert read_settings(environ={**base, "HAI_TRUSTED_PROXIES": "2"}).dashboard_config()["TRUSTED_PROXIES"] == 2
+
+
+@pytest.mark.parametrize("name", ["HAI_WORKERS", "HAI_THREADS"])
+def test_a_count_in_other_digits_is_refused_by_name_not_a_traceback(name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        read_settings(environ={"HAI_DATABASE_URL": "sqlite:///x.db", name: "²"})
+    assert info.value.field == name

@@ -12,20 +12,35 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from scheduler_core.db import close_engine
+from tests.conftest import TestDatabase
 from webapp import create_app
 
 ADMIN_PASSWORD = "correct horse battery"
 
 
-@pytest.fixture
-def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Flask]:
-    monkeypatch.delenv("HAI_SECRET_KEY", raising=False)
-    application = create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/dash.db", "ADMIN_PASSWORD": ADMIN_PASSWORD,
-                              "TESTING": True})
+CONSOLE_REACH = {"providers": [{"name": "log", "type": "console"}]}  # templates need a provider
+
+
+def _dashboard(url: str, **config: Any) -> Iterator[Flask]:
+    application = create_app({"DATABASE_URL": url, "ADMIN_PASSWORD": ADMIN_PASSWORD, "TESTING": True, **config})
     yield application
     application.extensions["hai_scheduler"].close()
     application.extensions["hai_reach"].close()
     close_engine(application.extensions["hai_engine"])
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Flask]:
+    monkeypatch.delenv("HAI_SECRET_KEY", raising=False)
+    yield from _dashboard(f"sqlite:///{tmp_path}/dash.db")
+
+
+@pytest.fixture
+def db_app(database: TestDatabase) -> Iterator[Flask]:
+    """The dashboard on each database (SQLite, PostgreSQL, MariaDB), with a console provider
+    for templates: what must answer alike everywhere."""
+    # A key given: no key file is written (beside a server database it would land in the cwd).
+    yield from _dashboard(database.url, REACH=CONSOLE_REACH, SECRET_KEY="db-app-" + "k" * 32)
 
 
 @pytest.fixture

@@ -35,9 +35,10 @@ NEEDED = {**dict.fromkeys(OPERATOR, "operator"), **dict.fromkeys(ADMIN, "admin")
 
 # Guarded pages that show a form or a confirmation (GET), with the path to ask for.
 GUARDED_PAGES = {
-    "tasks.new": "/tasks/new", "tasks.edit": "/tasks/roles/edit", "tasks.confirm_delete": "/tasks/roles/delete",
+    "tasks.new": "/tasks/new", "tasks.edit": "/tasks/edit/roles", "tasks.confirm_delete": "/tasks/delete/roles",
     "notifications.new_template": "/notifications/templates/new", "users.index": "/users/",
-    "users.new": "/users/new", "users.manage": "/users/viewer1", "alerts.new_rule": "/notifications/alerts/rules/new",
+    "users.new": "/users/new", "users.manage": "/users/manage/viewer1",
+    "alerts.new_rule": "/notifications/alerts/rules/new",
 }
 
 
@@ -79,6 +80,6 @@ def test_each_role_may_do_what_the_roles_below_it_may(app: Flask, clients: dict[
     scheduler_of(app).set_hooks({"on_task_execute": lambda event: "ok"})
     for role in ROLES:
         client = clients[role]
-        response = client.post("/tasks/roles/trigger", data={"csrf_token": csrf_token(client, "/")})
+        response = client.post("/tasks/trigger/roles", data={"csrf_token": csrf_token(client, "/")})
         expected_refusal = ROLES.index(role) < ROLES.index("operator")
         assert (response.status_code == 403) == expected_refusal, f"{role}: {response.status_code}"

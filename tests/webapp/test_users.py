@@ -3,8 +3,9 @@
 Real app on real SQLite through the Flask test client: every page and action refuses viewers
 and operators (403) and posts without a CSRF token (400); bad input re-renders with the
 message next to the field and stores nothing; a stale page's version gives the conflict
-message and changes nothing; the last enabled admin stays; a disabled user's session ends at
-the next request; the audit trail records every change and never a password or a hash.
+message and changes nothing; the last enabled admin stays; a role change, a password reset or
+disabling ends the user's sessions at once; the audit trail records every change and never a
+password or a hash.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def test_list_pages_by_name(app: Flask, client: FlaskClient, auth: Auth) -> None
     url: str | None = "/users/"
     while url:
         page = _text(client.get(url))
-        seen += re.findall(r'<td><a href="/users/([^"]+)">', page)
+        seen += re.findall(r'<td><a href="/users/manage/([^"]+)">', page)
         found = re.search(r'<a href="([^"]+)" rel="next">', page)
         url = html.unescape(found.group(1)) if found else None
     assert seen == sorted(["admin", *names])
@@ -131,17 +132,17 @@ def test_viewers_and_operators_get_403_everywhere(app: Flask, client: FlaskClien
     target = _add(app, "target", "viewer")
     auth.login(f"{role}1", "member-password")
     assert ">Users</a>" not in _text(client.get("/"))  # no nav link below admin
-    for path in ("/users/", "/users/new", "/users/target", "/users/admin"):
+    for path in ("/users/", "/users/new", "/users/manage/target", "/users/manage/admin"):
         assert client.get(path).status_code == 403, path
     before = _state(app)
     version = target.updated_at
     posts: list[tuple[str, dict[str, Any]]] = [
         ("/users/new", {"name": "intruder", "role": "admin", "password": NEW_PASSWORD, "confirm": NEW_PASSWORD}),
-        ("/users/target/role", {"role": "admin", "expected_updated_at": version}),
-        ("/users/target/disable", {"expected_updated_at": version}),
-        ("/users/target/enable", {"expected_updated_at": version}),
-        ("/users/target/password", {"password": NEW_PASSWORD, "confirm": NEW_PASSWORD, "expected_updated_at": version}),
-        (f"/users/{role}1/role", {"role": "admin", "expected_updated_at": _user(app, f"{role}1").updated_at})]
+        ("/users/role/target", {"role": "admin", "expected_updated_at": version}),
+        ("/users/disable/target", {"expected_updated_at": version}),
+        ("/users/enable/target", {"expected_updated_at": version}),
+        ("/users/password/target", {"password": NEW_PASSWORD, "confirm": NEW_PASSWORD, "expected_updated_at": version}),
+        (f"/users/role/{role}1", {"role": "admin", "expected_updated_at": _user(app, f"{role}1").updated_at})]
     for path, form in posts:
         assert _post(client, path, **form).status_code == 403, path
     assert _state(app) == before and _audit(app) == []
@@ -154,9 +155,9 @@ def test_posts_without_csrf_token_are_refused(app: Flask, client: FlaskClient, a
     version = target.updated_at
     posts: list[tuple[str, dict[str, Any]]] = [
         ("/users/new", {"name": "newbie", "role": "viewer", "password": NEW_PASSWORD, "confirm": NEW_PASSWORD}),
-        ("/users/target/role", {"role": "admin", "expected_updated_at": version}),
-        ("/users/target/disable", {"expected_updated_at": version}),
-        ("/users/target/password", {"password": NEW_PASSWORD, "confirm": NEW_PASSWORD, "expected_updated_at": version})]
+        ("/users/role/target", {"role": "admin", "expected_updated_at": version}),
+        ("/users/disable/target", {"expected_updated_at": version}),
+        ("/users/password/target", {"password": NEW_PASSWORD, "confirm": NEW_PASSWORD, "expected_updated_at": version})]
     for path, form in posts:
         assert _post(client, path, csrf=False, **form).status_code == 400, path
         htmx = _post(client, path, csrf=False, headers={"HX-Request": "true"}, **form)
@@ -166,8 +167,8 @@ def test_posts_without_csrf_token_are_refused(app: Flask, client: FlaskClient, a
 
 def test_unknown_user_is_404(client: FlaskClient, auth: Auth) -> None:
     auth.login()
-    assert client.get("/users/nobody").status_code == 404
-    assert _post(client, "/users/nobody/role", role="viewer", expected_updated_at=1).status_code == 404
+    assert client.get("/users/manage/nobody").status_code == 404
+    assert _post(client, "/users/role/nobody", role="viewer", expected_updated_at=1).status_code == 404
 
 
 # --- create ----------------------------------------------------------------------------------------
@@ -236,19 +237,23 @@ def test_create_errors_for_htmx_are_swappable(app: Flask, client: FlaskClient, a
 # --- role -----------------------------------------------------------------------------------------
 
 
-def test_change_role_applies_at_the_next_request(app: Flask, client: FlaskClient, auth: Auth) -> None:
+def test_change_role_ends_their_sessions_and_applies_at_the_next_sign_in(app: Flask, client: FlaskClient,
+                                                                          auth: Auth) -> None:
     member = _add(app, "member", "operator", "member-password")
     other = _second_client(app, "member", "member-password")
     assert other.get("/users/").status_code == 403
     auth.login()
-    page = _text(client.get("/users/member"))
+    page = _text(client.get("/users/manage/member"))
     assert f'name="expected_updated_at" value="{member.updated_at}"' in page
-    response = _post(client, "/users/member/role", role="admin", expected_updated_at=member.updated_at)
-    assert response.status_code == 303 and response.headers["Location"] == "/users/member"
-    assert "member is now admin." in _flashes(client, "/users/member")
+    response = _post(client, "/users/role/member", role="admin", expected_updated_at=member.updated_at)
+    assert response.status_code == 303 and response.headers["Location"] == "/users/manage/member"
+    assert "member is now admin: their open sessions have ended." in _flashes(client, "/users/manage/member")
     changed = _user(app, "member")
     assert changed.role == "admin" and changed.updated_at > member.updated_at
-    assert other.get("/users/").status_code == 200  # the session picks the new role up at once
+    ended = other.get("/users/")  # the session from before the change is over, cookie and all
+    assert ended.status_code == 302 and ended.headers["Location"].startswith("/login")
+    again = _second_client(app, "member", "member-password")
+    assert again.get("/users/").status_code == 200  # signed in again, with the new role
     [entry] = _audit(app, "user.role")
     assert (entry.actor, entry.target, entry.before, entry.after) == (
         "admin", "member", {"role": "operator"}, {"role": "admin"})
@@ -257,12 +262,12 @@ def test_change_role_applies_at_the_next_request(app: Flask, client: FlaskClient
 def test_stale_role_change_is_a_conflict(app: Flask, client: FlaskClient, auth: Auth) -> None:
     member = _add(app, "member", "viewer")
     auth.login()
-    assert _post(client, "/users/member/role", role="operator", expected_updated_at=member.updated_at).status_code \
+    assert _post(client, "/users/role/member", role="operator", expected_updated_at=member.updated_at).status_code \
         == 303
     before = _state(app)
-    stale = _post(client, "/users/member/role", role="admin", expected_updated_at=member.updated_at)
-    assert stale.status_code == 303 and stale.headers["Location"] == "/users/member"
-    page = _flashes(client, "/users/member")
+    stale = _post(client, "/users/role/member", role="admin", expected_updated_at=member.updated_at)
+    assert stale.status_code == 303 and stale.headers["Location"] == "/users/manage/member"
+    page = _flashes(client, "/users/manage/member")
     assert CONFLICT_TEXT in page and "Nothing was changed" in page
     assert _state(app) == before and _user(app, "member").role == "operator"
     assert len(_audit(app, "user.role")) == 1
@@ -271,9 +276,9 @@ def test_stale_role_change_is_a_conflict(app: Flask, client: FlaskClient, auth: 
 def test_conflict_message_is_shown(app: Flask, client: FlaskClient, auth: Auth) -> None:
     member = _add(app, "member", "viewer")
     auth.login()
-    stale = _post(client, "/users/member/role", role="admin", expected_updated_at=member.updated_at - 1)
+    stale = _post(client, "/users/role/member", role="admin", expected_updated_at=member.updated_at - 1)
     assert stale.status_code == 303
-    page = _flashes(client, "/users/member")
+    page = _flashes(client, "/users/manage/member")
     assert f"User member {CONFLICT_TEXT}" in page and "Nothing was changed; review it again." in page
     assert _user(app, "member") == member and _audit(app) == []
 
@@ -288,7 +293,7 @@ def test_bad_role_change_stores_nothing(app: Flask, client: FlaskClient, auth: A
     member = _add(app, "member", "viewer")
     auth.login()
     data = {"expected_updated_at": member.updated_at, **form}
-    response = _post(client, "/users/member/role", **data)
+    response = _post(client, "/users/role/member", **data)
     assert response.status_code == 400 and message in _field_error(_text(response), "user-role")
     assert _user(app, "member") == member and _audit(app) == []
 
@@ -296,16 +301,16 @@ def test_bad_role_change_stores_nothing(app: Flask, client: FlaskClient, auth: A
 def test_last_admin_cannot_be_demoted(app: Flask, client: FlaskClient, auth: Auth) -> None:
     auth.login()
     admin = _user(app, "admin")
-    response = _post(client, "/users/admin/role", role="operator", expected_updated_at=admin.updated_at)
+    response = _post(client, "/users/role/admin", role="operator", expected_updated_at=admin.updated_at)
     page = _text(response)
     assert response.status_code == 400
     assert "is the last enabled admin" in _field_error(page, "user-role") and "Nothing was changed" in page
     assert _user(app, "admin") == admin and _audit(app) == []
     # with a second admin, either may step down -- but then the other is the last one
     second = _add(app, "second", "admin")
-    assert _post(client, "/users/second/role", role="viewer", expected_updated_at=second.updated_at).status_code \
+    assert _post(client, "/users/role/second", role="viewer", expected_updated_at=second.updated_at).status_code \
         == 303
-    response = _post(client, "/users/admin/role", role="viewer", expected_updated_at=admin.updated_at)
+    response = _post(client, "/users/role/admin", role="viewer", expected_updated_at=admin.updated_at)
     assert response.status_code == 400 and "last enabled admin" in _field_error(_text(response), "user-role")
     assert _user(app, "admin").role == "admin"
 
@@ -314,7 +319,7 @@ def test_an_admin_may_step_down_while_another_stays(app: Flask, client: FlaskCli
     _add(app, "second", "admin")
     auth.login()
     admin = _user(app, "admin")
-    response = _post(client, "/users/admin/role", role="operator", expected_updated_at=admin.updated_at)
+    response = _post(client, "/users/role/admin", role="operator", expected_updated_at=admin.updated_at)
     assert response.status_code == 303 and response.headers["Location"] == "/"  # its own page is closed now
     assert "admin is now operator." in _flashes(client, "/")
     assert client.get("/users/").status_code == 403 and _user(app, "second").role == "admin"
@@ -323,9 +328,9 @@ def test_an_admin_may_step_down_while_another_stays(app: Flask, client: FlaskCli
 def test_a_disabled_admin_does_not_count(app: Flask, client: FlaskClient, auth: Auth) -> None:
     dormant = _add(app, "dormant", "admin")
     auth.login()
-    assert _post(client, "/users/dormant/disable", expected_updated_at=dormant.updated_at).status_code == 303
+    assert _post(client, "/users/disable/dormant", expected_updated_at=dormant.updated_at).status_code == 303
     admin = _user(app, "admin")
-    response = _post(client, "/users/admin/role", role="operator", expected_updated_at=admin.updated_at)
+    response = _post(client, "/users/role/admin", role="operator", expected_updated_at=admin.updated_at)
     assert response.status_code == 400 and _user(app, "admin").role == "admin"
 
 
@@ -337,16 +342,16 @@ def test_disable_ends_the_session_and_enable_lets_them_back(app: Flask, client: 
     other = _second_client(app, "member", "member-password")
     assert other.get("/").status_code == 200
     auth.login()
-    assert 'data-confirm="Disable member?' in _text(client.get("/users/member"))
-    response = _post(client, "/users/member/disable", expected_updated_at=member.updated_at)
-    assert response.status_code == 303 and "member is disabled" in _flashes(client, "/users/member")
+    assert 'data-confirm="Disable member?' in _text(client.get("/users/manage/member"))
+    response = _post(client, "/users/disable/member", expected_updated_at=member.updated_at)
+    assert response.status_code == 303 and "member is disabled" in _flashes(client, "/users/manage/member")
     disabled = _user(app, "member")
     assert disabled.disabled
     ended = other.get("/")  # the existing session stops working at its next request
     assert ended.status_code == 302 and ended.headers["Location"].startswith("/login")
     assert other.get("/", headers={"HX-Request": "true"}).status_code == 401
     assert Auth(app.test_client()).login("member", "member-password").status_code == 401
-    response = _post(client, "/users/member/enable", expected_updated_at=disabled.updated_at)
+    response = _post(client, "/users/enable/member", expected_updated_at=disabled.updated_at)
     assert response.status_code == 303 and not _user(app, "member").disabled
     assert Auth(app.test_client()).login("member", "member-password").status_code == 302
     entries = {e.action: e for e in _audit(app)}
@@ -361,9 +366,9 @@ def test_an_admin_cannot_disable_themselves(app: Flask, client: FlaskClient, aut
     _add(app, "second", "admin")  # not the last admin: still refused
     auth.login()
     admin = _user(app, "admin")
-    page = _text(client.get("/users/admin"))
-    assert "You cannot disable your own account." in page and "/users/admin/disable" not in page
-    response = _post(client, "/users/admin/disable", expected_updated_at=admin.updated_at)
+    page = _text(client.get("/users/manage/admin"))
+    assert "You cannot disable your own account." in page and "/users/disable/admin" not in page
+    response = _post(client, "/users/disable/admin", expected_updated_at=admin.updated_at)
     assert response.status_code == 400
     assert "You cannot disable your own account." in _field_error(_text(response), "user-disabled")
     assert _user(app, "admin") == admin and _audit(app) == []
@@ -375,11 +380,11 @@ def test_stale_disable_is_a_conflict(app: Flask, client: FlaskClient, auth: Auth
     _accounts(app).set_role("member", "operator", member.updated_at)  # someone else's change meanwhile
     before = _state(app)
     auth.login()
-    response = _post(client, "/users/member/disable", expected_updated_at=member.updated_at)
+    response = _post(client, "/users/disable/member", expected_updated_at=member.updated_at)
     assert response.status_code == 303
-    assert f"User member {CONFLICT_TEXT}" in _flashes(client, "/users/member")
+    assert f"User member {CONFLICT_TEXT}" in _flashes(client, "/users/manage/member")
     assert _state(app) == before and _audit(app) == []
-    missing = _post(client, "/users/member/disable")
+    missing = _post(client, "/users/disable/member")
     assert missing.status_code == 400 and "missing the user's version" in _field_error(_text(missing),
                                                                                       "user-disabled")
     assert _state(app) == before
@@ -391,9 +396,11 @@ def test_stale_disable_is_a_conflict(app: Flask, client: FlaskClient, auth: Auth
 def test_reset_password(app: Flask, client: FlaskClient, auth: Auth) -> None:
     member = _add(app, "member", "viewer", "old-password")
     auth.login()
-    response = _post(client, "/users/member/password", password=NEW_PASSWORD, confirm=NEW_PASSWORD,
+    response = _post(client, "/users/password/member", password=NEW_PASSWORD, confirm=NEW_PASSWORD,
                      expected_updated_at=member.updated_at)
-    assert response.status_code == 303 and "The password of member was reset." in _flashes(client, "/users/member")
+    assert response.status_code == 303
+    assert "The password of member was reset; their open sessions have ended." in _flashes(
+        client, "/users/manage/member")
     assert Auth(app.test_client()).login("member", "old-password").status_code == 401
     assert Auth(app.test_client()).login("member", NEW_PASSWORD).status_code == 302
     [entry] = _audit(app, "user.password")
@@ -411,7 +418,7 @@ def test_bad_password_reset_stores_nothing(app: Flask, client: FlaskClient, auth
                                            element: str, message: str) -> None:
     member = _add(app, "member", "viewer")
     auth.login()
-    response = _post(client, "/users/member/password", **{"expected_updated_at": member.updated_at, **form})
+    response = _post(client, "/users/password/member", **{"expected_updated_at": member.updated_at, **form})
     page = _text(response)
     assert response.status_code == 400 and message in _field_error(page, element)
     assert form["password"] not in page
@@ -422,9 +429,9 @@ def test_stale_password_reset_is_a_conflict(app: Flask, client: FlaskClient, aut
     member = _add(app, "member", "viewer", "old-password")
     _accounts(app).set_role("member", "operator", member.updated_at)
     auth.login()
-    response = _post(client, "/users/member/password", password=NEW_PASSWORD, confirm=NEW_PASSWORD,
+    response = _post(client, "/users/password/member", password=NEW_PASSWORD, confirm=NEW_PASSWORD,
                      expected_updated_at=member.updated_at)
-    assert response.status_code == 303 and CONFLICT_TEXT in _flashes(client, "/users/member")
+    assert response.status_code == 303 and CONFLICT_TEXT in _flashes(client, "/users/manage/member")
     assert check_password_hash(_user(app, "member").password_hash, "old-password") and _audit(app) == []
 
 
@@ -439,13 +446,13 @@ def test_audit_trail_never_holds_a_password_or_hash(app: Flask, client: FlaskCli
     hashes = [_user(app, "member").password_hash]
     for password in typed[1:]:
         version = _user(app, "member").updated_at
-        assert _post(client, "/users/member/password", password=password, confirm=password,
+        assert _post(client, "/users/password/member", password=password, confirm=password,
                      expected_updated_at=version).status_code == 303
         hashes.append(_user(app, "member").password_hash)
     steps: list[tuple[str, dict[str, Any]]] = [("role", {"role": "operator"}), ("disable", {}), ("enable", {})]
     for action, form in steps:
         version = _user(app, "member").updated_at
-        assert _post(client, f"/users/member/{action}", expected_updated_at=version, **form).status_code == 303
+        assert _post(client, f"/users/{action}/member", expected_updated_at=version, **form).status_code == 303
     entries = _audit(app)
     assert sorted(e.action for e in entries) == sorted(["user.create", "user.password", "user.password", "user.role",
                                                         "user.disable", "user.enable"])

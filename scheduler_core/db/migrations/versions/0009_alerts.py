@@ -22,7 +22,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from scheduler_core.db.tables import nopad_collation
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
