@@ -7,7 +7,7 @@ from collections import defaultdict
 from flask import Blueprint, current_app, render_template
 from flask.typing import ResponseReturnValue
 
-from webapp.node import scheduler_of
+from webapp.node import reach_of, scheduler_of
 
 bp = Blueprint("nodes", __name__, url_prefix="/nodes")
 
@@ -18,4 +18,5 @@ def index() -> ResponseReturnValue:
     leases = defaultdict(list)
     for execution in scheduler.execution.leases():
         leases[execution.owner_node or "?"].append(execution)
-    return render_template("nodes/index.html", nodes=scheduler.nodes(), leases=leases)
+    return render_template("nodes/index.html", nodes=scheduler.nodes(), leases=leases,
+                           cluster=reach_of(current_app).alerts.watch_idle())

@@ -64,6 +64,7 @@ def _counters() -> dict[str, Any]:
     alerts = reach.alerts.counts(24)
     return {
         "overview": overview, "statuses": tuple(ExecutionStatus), "dead": queue.get("dead", 0),
+        "cluster": reach.alerts.watch_idle(),
         "unknown_deliveries": queue.get("unknown", 0), "count_cap": COUNT_CAP,
         "alerts": sum(alerts.values()), "alerts_undelivered": sum(n for s, n in alerts.items() if s != "sent"),
         "card_links": {"tasks": url_for("tasks.index"),

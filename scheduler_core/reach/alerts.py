@@ -20,12 +20,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from scheduler_core.cron import MINUTE_MS
 from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFoundError
 from scheduler_core.reach.alert_rules import ALERT_VARIABLES, AlertEvent, AlertRule
 from scheduler_core.reach.dnd import in_window, window_end_ms
 from scheduler_core.reach.templates import render, variables
 from scheduler_core.statuses import ExecutionStatus
-from scheduler_core.store.alerts import AlertMessage, AlertRepository, JournalEvent, Probe
+from scheduler_core.store.alerts import AlertMessage, AlertRepository, JournalEvent, Probe, RaisedAlert
 from scheduler_core.validation import check_int, check_ms, check_optional_text
 
 if TYPE_CHECKING:
@@ -55,6 +56,27 @@ class Fact:
     values: dict[str, str] = field(default_factory=dict)  # template variables (ALERT_VARIABLES)
 
 
+@dataclass(frozen=True)
+class ClusterIdle:
+    """How long the cluster has planned nothing, by the database clock."""
+
+    now_ms: int
+    ticked_through: int  # the last minute some node planned; 0: no node has planned yet
+    raised: int = 0  # alerts this look queued
+
+    @property
+    def gap_from(self) -> int:
+        """The first minute no node planned (the key the first node back uses too)."""
+        return self.ticked_through + MINUTE_MS
+
+    @property
+    def idle_ms(self) -> int:
+        """Whole minutes before the current one that no node planned (0: none, or no node yet)."""
+        if not self.ticked_through:
+            return 0
+        return max(0, self.now_ms - self.now_ms % MINUTE_MS - self.gap_from)
+
+
 class Alerts:
     """``reach.alerts``: rules (configured and stored), detection, a test alert, the list."""
 
@@ -67,6 +89,7 @@ class Alerts:
         self._seen: dict[str, int | None] = {}  # what the last probe said, per detector
         self._lingered_at = 0
         self._probe: Probe | None = None  # the last probe (due() reads it; scan() starts from it)
+        self._idle_raised: set[tuple[str, str]] = set()  # (rule, key) this process has raised
         self.public_url = ""
 
     def configure(self, rules: tuple[AlertRule, ...], public_url: str) -> None:
@@ -211,6 +234,32 @@ class Alerts:
                        {"summary": f"no node ran for {gap // 60_000} minute(s) from {_iso(probe.last_gap_from)}",
                         "at": _iso(probe.last_gap_from), "link": self._link("/")})
 
+    def watch_idle(self) -> ClusterIdle:
+        """The dashboard's look at the cluster (its health view): how long no node has planned,
+        and -- when that reaches a ``cluster.idle`` rule's ``after_ms`` while the cluster is still
+        down -- the alert, keyed by the gap's first minute like the one the first node back
+        raises, so the same outage alerts once whoever sees it first. One statement, plus the
+        alert's transaction the first time this process sees the fact."""
+        now_ms, through = self._repo().cluster_clock()
+        idle = ClusterIdle(now_ms, through)
+        rules = [r for r in self.rules() if AlertEvent.CLUSTER_IDLE in r.events and r.covers(None, None)
+                 and idle.idle_ms and idle.idle_ms >= r.after_ms]
+        if not rules:
+            return idle
+        key = f"cluster.idle:{idle.gap_from}"
+        fact = Fact(AlertEvent.CLUSTER_IDLE, key, "cluster", None, None,
+                    {"summary": f"no node has run since {_iso(through)}: {idle.idle_ms // MINUTE_MS} minute(s) "
+                                f"not planned so far", "at": _iso(idle.gap_from), "link": self._link("/nodes/")})
+        queued = 0
+        for rule in rules:
+            if (rule.name, key) in self._idle_raised:
+                continue
+            alert = self._queue(fact, rule, now_ms)
+            if alert is not None:  # handled (queued, folded, or raised before by anyone)
+                self._idle_raised.add((rule.name, key))
+                queued += alert.queue_id is not None
+        return ClusterIdle(now_ms, through, queued)
+
     def _lasting_facts(self, probe: Probe, rules: list[AlertRule]) -> list[Fact]:
         repo, facts = self._repo(), []
         for event, lister in ((AlertEvent.TASK_BLOCKED, self._blocked), (AlertEvent.LOG_PENDING, self._pending),
@@ -252,13 +301,17 @@ class Alerts:
     # --- raising -----------------------------------------------------------------------------------
 
     def _raise(self, fact: Fact, rule: AlertRule, now_ms: int) -> int:
+        raised = self._queue(fact, rule, now_ms)
+        return int(raised is not None and raised.queue_id is not None)
+
+    def _queue(self, fact: Fact, rule: AlertRule, now_ms: int) -> RaisedAlert | None:
+        """The alert of a fact and rule (None: it could not be queued now; a later look retries)."""
         try:
-            raised = self._repo().raise_alert(rule.name, fact.event, fact.key, fact.scope, rule.throttle_ms,
-                                              lambda folded: self._message(rule, fact, folded, now_ms))
+            return self._repo().raise_alert(rule.name, fact.event, fact.key, fact.scope, rule.throttle_ms,
+                                            lambda folded: self._message(rule, fact, folded, now_ms))
         except ReachError:
             logger.warning("alert %s for %s could not be queued", rule.name, fact.key, exc_info=True)
-            return 0
-        return int(raised.queue_id is not None)
+            return None
 
     def _message(self, rule: AlertRule, fact: Fact, folded: int, now_ms: int) -> AlertMessage:
         template = self._reach.find_template(rule.template)

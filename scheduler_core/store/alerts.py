@@ -26,6 +26,7 @@ from scheduler_core.db.tables import (
 )
 from scheduler_core.statuses import ExecutionStatus, LogPersistenceStatus, QueueStatus
 from scheduler_core.store.dialect import greatest, insert_ignore
+from scheduler_core.store.tasks import TICKED_THROUGH
 from scheduler_core.store.transactions import one_row, read, write
 
 ALERT_NAMESPACE = uuid.UUID("6d1f3b7e-5f0a-4c57-9a63-1c2f0e8e4a11")
@@ -121,6 +122,12 @@ class AlertRepository:
         return Probe(now_ms=v[0] or 0, journal_latest=v[1], dead_latest=v[2], oldest_pending_log=v[3],
                      oldest_unknown=v[4], oldest_running=v[5], oldest_heartbeat=v[6], last_gap_from=v[7] or 0,
                      last_gap_to=v[8] or 0)
+
+    def cluster_clock(self) -> tuple[int, int]:
+        """One statement: the DB clock and the cluster's watermark, the last minute some node
+        planned (0: no node has planned yet)."""
+        row = read(self.engine, lambda conn: conn.execute(select(db_now_ms(), _meta(TICKED_THROUGH))).one())
+        return to_ms(row[0], "db_now_ms"), optional_ms(row[1], TICKED_THROUGH) or 0
 
     def journal_events(self, after: tuple[int, str], limit: int,
                        statuses: Sequence[str] = JOURNAL_STATUSES) -> list[JournalEvent]:

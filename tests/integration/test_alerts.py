@@ -15,9 +15,12 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, TaskDefinition
+from scheduler_core.cron import MINUTE_MS
 from scheduler_core.db.tables import alert_facts, reach_queue
 from scheduler_core.errors import ReachConfigError
 from scheduler_core.reach import Reach
+from scheduler_core.store.alerts import AlertRepository
+from scheduler_core.store.tasks import TaskRepository
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.http_server import RecordingServer
 
@@ -166,3 +169,65 @@ def test_stored_rules_and_a_test_alert(make_node: MakeNode, engine: Engine, rece
     version = reach.alerts.stored_versions()["db-rule"]
     reach.alerts.delete_rule("db-rule", version)
     assert reach.alerts.rules() == []
+
+
+# --- cluster.idle: raised by the first node back, and by the dashboard's look while it is down ---------------
+
+IDLE_RULE = {"name": "idle", "events": ["cluster.idle"], "after_ms": 120_000}
+
+
+def _stop_the_cluster_minutes_ago(engine: Engine, minutes: int) -> int:
+    """The watermark as if the last node planned ``minutes`` minutes ago; returns that minute."""
+    now_ms, _ = AlertRepository(engine).cluster_clock()
+    through = now_ms - now_ms % MINUTE_MS - minutes * MINUTE_MS
+    TaskRepository(engine).advance_watermark(through)
+    return through
+
+
+def idle_facts(engine: Engine) -> list[Any]:
+    return [f for f in facts(engine) if f.event == "cluster.idle"]
+
+
+def test_the_first_node_back_alerts_the_gap_it_found_once(make_node: MakeNode, engine: Engine,
+                                                           receiver: RecordingServer) -> None:
+    node = make_node()
+    attach(engine, node, reach_config(receiver, **IDLE_RULE))
+    through = _stop_the_cluster_minutes_ago(engine, 5)
+    node.start()
+    wait_until(lambda: alerts_sent(receiver), "the cluster.idle alert from the node back")
+    time.sleep(1)  # more ticks: still one
+    (alert,) = alerts_sent(receiver)
+    assert alert["subject"].startswith("[cluster.idle]") and "no node ran for 4 minute(s)" in alert["body"]
+    (fact,) = idle_facts(engine)
+    assert fact.event_key == f"cluster.idle:{through + MINUTE_MS}"
+
+
+def test_a_down_cluster_alerts_from_the_dashboards_look_once_and_the_node_back_adds_nothing(
+        make_node: MakeNode, engine: Engine, receiver: RecordingServer) -> None:
+    config = reach_config(receiver, **IDLE_RULE)
+    dashboard = Reach(engine, config, public_url=PUBLIC)  # a dashboard worker: no node runs here
+    dashboard.init()
+    fresh = dashboard.alerts.watch_idle()
+    assert (fresh.ticked_through, fresh.idle_ms, fresh.raised) == (0, 0, 0), "no node ever ran: no gap to alert"
+    _stop_the_cluster_minutes_ago(engine, 2)
+    assert dashboard.alerts.watch_idle().idle_ms == MINUTE_MS and not idle_facts(engine), "below after_ms"
+    set_clock_offset(engine, clock_offset(engine) + 2 * MINUTE_MS)  # the outage goes on
+    look = dashboard.alerts.watch_idle()
+    assert look.idle_ms >= 3 * MINUTE_MS and look.raised == 1
+    assert dashboard.alerts.watch_idle().raised == 0, "a second look raised it again"
+    other_worker = Reach(engine, config, public_url=PUBLIC)
+    other_worker.init()
+    assert other_worker.alerts.watch_idle().raised == 0, "another dashboard worker raised it again"
+    (fact,) = idle_facts(engine)
+    assert fact.event_key == f"cluster.idle:{look.gap_from}" and fact.queue_id
+    dashboard.run_round()
+    (alert,) = alerts_sent(receiver)
+    assert f"link={PUBLIC}/nodes/" in alert["body"] and "not planned so far" in alert["body"]
+    node = make_node()  # the first node back finds the same gap: the same fact, no second alert
+    attach(engine, node, config)
+    node.start()
+    wait_until(lambda: AlertRepository(engine).probe().last_gap_from == look.gap_from, "the node to record the gap")
+    time.sleep(1.5)
+    assert len(idle_facts(engine)) == 1 and len(alerts_sent(receiver)) == 1
+    dashboard.close()
+    other_worker.close()

@@ -10,9 +10,14 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import select
 
 from scheduler_core import TaskDefinition
+from scheduler_core.cron import MINUTE_MS
 from scheduler_core.db import close_engine
+from scheduler_core.db.tables import alert_facts
+from scheduler_core.store.alerts import AlertRepository
+from scheduler_core.store.tasks import TaskRepository
 from tests.helpers.http_server import RecordingServer
 from tests.webapp.conftest import ADMIN_PASSWORD, Auth, csrf_token
 from webapp import create_app
@@ -92,3 +97,28 @@ def test_a_rule_naming_a_missing_template_is_refused_on_its_field(app: Flask, cl
     page = response.get_data(as_text=True)
     assert response.status_code == 400 and 'id="template-error">names no template' in page
     assert reach_of(app).alerts.stored_versions() == {}
+
+
+def test_the_health_view_shows_an_idle_cluster_and_raises_its_alert_once(app: Flask, client: FlaskClient,
+                                                                          auth: Auth) -> None:
+    engine = app.extensions["hai_engine"]
+    reach_of(app).alerts.save_rule({"name": "cluster-down", "events": ["cluster.idle"], "template": "alert",
+                                    "to": "ops", "after_ms": 120_000})
+    assert client.get("/healthz").json["cluster"] == {"state": "no_node_yet", "ticked_through_ms": None,
+                                                      "idle_s": None}
+    auth.login()
+    assert "No scheduler node has run against this database yet" in client.get("/").get_data(as_text=True)
+    now_ms, _ = AlertRepository(engine).cluster_clock()
+    through = now_ms - now_ms % MINUTE_MS - 5 * MINUTE_MS  # the last node planned five minutes ago
+    TaskRepository(engine).advance_watermark(through)
+    health = client.get("/healthz")
+    assert health.status_code == 200, "the dashboard is healthy; the nodes are not"
+    assert health.json["cluster"] == {"state": "idle", "ticked_through_ms": through, "idle_s": 240}
+    for page in ("/", "/nodes/"):
+        assert "No node has planned for 4 minute(s)" in client.get(page).get_data(as_text=True), page
+    with engine.connect() as conn:
+        raised = list(conn.execute(select(alert_facts.c.rule, alert_facts.c.event_key)))
+    assert raised == [("cluster-down", f"cluster.idle:{through + MINUTE_MS}")], "one alert, whoever looked"
+    TaskRepository(engine).advance_watermark(now_ms - now_ms % MINUTE_MS)  # a node is back
+    assert client.get("/healthz").json["cluster"]["state"] == "ticking"
+    assert 'id="cluster-idle"' not in client.get("/").get_data(as_text=True)
