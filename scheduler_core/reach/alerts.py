@@ -27,6 +27,7 @@ from scheduler_core.reach.dnd import in_window, window_end_ms
 from scheduler_core.reach.templates import render, variables
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.alerts import AlertMessage, AlertRepository, JournalEvent, Probe, RaisedAlert
+from scheduler_core.store.transactions import AutocommitLine
 from scheduler_core.validation import check_int, check_ms, check_optional_text
 
 if TYPE_CHECKING:
@@ -90,12 +91,22 @@ class Alerts:
         self._lingered_at = 0
         self._probe: Probe | None = None  # the last probe (due() reads it; scan() starts from it)
         self._idle_raised: set[tuple[str, str]] = set()  # (rule, key) this process has raised
+        self._line: AutocommitLine | None = None  # the tick's probe: one round trip (made on first use)
+        self._closed = False
         self.public_url = ""
 
     def configure(self, rules: tuple[AlertRule, ...], public_url: str) -> None:
         for rule in rules:
             self.check(rule)
         self._configured, self.public_url = rules, public_url.rstrip("/")
+        self._closed = False
+
+    def close(self) -> None:
+        """Give the probe's held connection back to the pool."""
+        with self._lock:
+            line, self._line, self._closed = self._line, None, True
+        if line is not None:
+            line.close()
 
     def _repo(self) -> AlertRepository:
         return AlertRepository(self._reach.require_engine())
@@ -170,7 +181,13 @@ class Alerts:
         """One statement: whether a detector has something new (the tick's question)."""
         if not self.rules():
             return False
-        probe = self._repo().probe()
+        with self._lock:
+            if self._closed:
+                return False
+            if self._line is None:
+                self._line = AutocommitLine(self._reach.require_engine())
+            line = self._line
+        probe = self._repo().probe(line)
         changed = self._changed(probe)
         self._probe = probe
         return changed

@@ -137,6 +137,7 @@ class Reach:
     def close(self) -> None:
         with self._round_lock:
             self._config, self._providers, self._queue_repo, self._rounds = None, {}, None, None
+        self.alerts.close()
 
     # --- sending ---------------------------------------------------------------------------
 
@@ -280,8 +281,9 @@ class Reach:
         """Run delivery rounds on ``scheduler``'s tick loop (no second scheduler). On the
         scheduler's own engine, its pool must hold the node's connections and the rounds'."""
         if self._config is not None and self._engine is not None and scheduler.engine is self._engine:
-            _check_pool(self._engine, self._config.queue.concurrency, scheduler.connections_needed(),
-                        "the scheduler node and delivery rounds")
+            # + 1: the alert probe's held line (one round trip per tick)
+            _check_pool(self._engine, self._config.queue.concurrency, scheduler.connections_needed() + 1,
+                        "the scheduler node, its alert probe and delivery rounds")
         scheduler.add_tick_listener(self.on_tick)
 
     # --- helpers ----------------------------------------------------------------------------------

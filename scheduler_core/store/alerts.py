@@ -27,7 +27,7 @@ from scheduler_core.db.tables import (
 from scheduler_core.statuses import ExecutionStatus, LogPersistenceStatus, QueueStatus
 from scheduler_core.store.dialect import greatest, insert_ignore
 from scheduler_core.store.tasks import TICKED_THROUGH
-from scheduler_core.store.transactions import one_row, read, write
+from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
 
 ALERT_NAMESPACE = uuid.UUID("6d1f3b7e-5f0a-4c57-9a63-1c2f0e8e4a11")
 JOURNAL_STATUSES = (ExecutionStatus.UNKNOWN, ExecutionStatus.FAILED, ExecutionStatus.MISSED)
@@ -104,8 +104,9 @@ class AlertRepository:
 
     # --- detection reads ------------------------------------------------------------------
 
-    def probe(self) -> Probe:
-        """One statement: the DB clock and a value per detector (index probes; small tables)."""
+    def probe(self, line: AutocommitLine | None = None) -> Probe:
+        """One statement: the DB clock and a value per detector (index probes; small tables). On a
+        held autocommit ``line`` (the node's tick) it is one round trip."""
         x = executions.c
         query = select(
             db_now_ms(),
@@ -117,7 +118,7 @@ class AlertRepository:
             select(func.min(x.created_at)).where(x.status == ExecutionStatus.RUNNING).scalar_subquery(),
             select(func.min(nodes.c.last_seen_at)).where(nodes.c.stopped_at.is_(None)).scalar_subquery(),
             _meta(LAST_GAP_FROM), _meta(LAST_GAP_TO))
-        row = read(self.engine, lambda conn: conn.execute(query).one())
+        row = line.one(query) if line is not None else read(self.engine, lambda conn: conn.execute(query).one())
         v = [optional_ms(value, "probe") for value in row]
         return Probe(now_ms=v[0] or 0, journal_latest=v[1], dead_latest=v[2], oldest_pending_log=v[3],
                      oldest_unknown=v[4], oldest_running=v[5], oldest_heartbeat=v[6], last_gap_from=v[7] or 0,

@@ -44,10 +44,23 @@ def reach_config(receiver: RecordingServer, **rule: Any) -> dict[str, Any]:
     }
 
 
+ATTACHED: list[Reach] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_attached(engine: Engine) -> Iterator[None]:
+    """Close every Reach a test attached (each holds its alert probe's connection), before the
+    engine's teardown counts the connections left checked out."""
+    yield
+    while ATTACHED:
+        ATTACHED.pop().close()
+
+
 def attach(engine: Engine, node: Scheduler, config: dict[str, Any]) -> Reach:
     reach = Reach(engine, config, node_id=node.config.node_id, public_url=PUBLIC)
     reach.init()
     reach.attach(node)
+    ATTACHED.append(reach)
     return reach
 
 

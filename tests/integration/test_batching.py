@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -437,3 +438,46 @@ def test_the_tick_line_reads_in_autocommit_and_replaces_a_dropped_connection(eng
     finally:
         line.close()
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # close gave it back
+
+
+def test_alert_rules_add_one_round_trip_to_an_idle_tick(engine: Engine, make_node: Any,
+                                                              counted: list[str]) -> None:
+    from scheduler_core.reach import Reach
+
+    node = make_node(heartbeat_interval_ms=3_600_000)
+    config = {"providers": [{"name": "log", "type": "console"}],
+              "templates": [{"name": "alert", "provider": "log", "body": "{summary}"}],
+              "alerts": [{"name": "all", "to": "ops", "template": "alert",
+                          "events": ["execution.unknown", "execution.failed", "execution.missed", "task.blocked",
+                                     "log.pending", "queue.dead", "node.lost", "cluster.idle"]}]}
+    reach = Reach(engine, config, node_id=node.config.node_id)
+    reach.init()
+    reach.attach(node)
+    try:
+        _measure_idle_ticks_with_alerts(node, reach, counted)
+    finally:
+        reach.close()
+
+
+def _measure_idle_ticks_with_alerts(node: Any, reach: Any, counted: list[str]) -> None:
+    ticks: list[int] = []
+    node.add_tick_listener(ticks.append)
+    node.start()
+    deadline = time.monotonic() + 90
+    for _ in range(3):  # a window that crosses a minute meets the minute's delivery round: measure again
+        # past start-up (the first scan and the minute's delivery round)
+        while len(ticks) < 5 or reach._round_lock.locked() or reach._alert_lock.locked():
+            assert time.monotonic() < deadline, "the node does not tick"
+            time.sleep(0.02)
+        counted.clear()
+        first = len(ticks)
+        while len(ticks) < first + 10:
+            assert time.monotonic() < deadline, "the node does not tick"
+            time.sleep(0.02)
+        measured_ticks, statements = len(ticks) - first, list(counted)
+        if ticks[first - 1] // 60_000 == ticks[-1] // 60_000:
+            break
+    # the tick's own statement and the alerts' probe; a tick caught mid-way adds at most two
+    kinds = Counter(" ".join(s.split())[:40] + " .. " + " ".join(s.split())[-50:] for s in statements)
+    assert len(statements) <= 2 * measured_ticks + 2, "\n".join(f"{n} x {k}" for k, n in kinds.items())
+    assert all(s.lstrip().upper().startswith("SELECT") for s in statements), statements

@@ -258,8 +258,8 @@ def test_a_pool_too_small_for_the_senders_is_refused_by_name(database: TestDatab
         reach = _reach(shared, _config(receiver))
         try:
             with pytest.raises(ReachConfigError) as info:
-                reach.attach(node)  # 10 + 4 + 1 > 12
-            assert info.value.field == "queue.concurrency" and "at least 15" in str(info.value)
+                reach.attach(node)  # 10 + the alert probe's line + 4 + 1 > 12
+            assert info.value.field == "queue.concurrency" and "at least 16" in str(info.value)
         finally:
             reach.close()
             node.close()
