@@ -116,8 +116,9 @@ def _task(entry: Any, where: str, environ: Mapping[str, str], registry: Executor
         return validate_task(TaskDefinition(**values), registry.validate)
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc.field}", exc.message.removeprefix(f"{exc.field}: ")) from None
-    except SchedulerError as exc:
-        raise type(exc)(f"{where}: {exc.message}") from None
+    except SchedulerError as exc:  # InvalidCronError: "cron: ..." -> "tasks.<id>.cron: ..."
+        named = re.match(r"[a-z_]+: ", exc.message)
+        raise type(exc)(f"{where}.{exc.message}" if named else f"{where}: {exc.message}") from None
 
 
 def resolve_references(value: Any, where: str, environ: Mapping[str, str]) -> Any:
