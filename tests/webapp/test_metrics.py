@@ -14,11 +14,11 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler_core import TaskDefinition
-from scheduler_core.db import close_engine
+from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.errors import ConfigError
 from scheduler_core.reach import Reach
-from scheduler_core.runtime.metrics import METRIC_NAMES
+from scheduler_core.runtime.metrics import METRIC_NAMES, Metrics
 from scheduler_core.store import NodeRepository
 from scheduler_core.store.reach_queue import QueueRepository
 from tests.conftest import TestDatabase
@@ -230,3 +230,12 @@ def test_task_series_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     finally:
         _close(app)
 
+
+
+def test_a_database_that_does_not_answer_is_reported_not_raised(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path}/no-schema.db")  # no tables: every statement fails
+    try:
+        found = families(Metrics(engine).render().decode())
+    finally:
+        close_engine(engine)
+    assert found == {"hai_database_up": {(("__name__", "hai_database_up"),): 0.0}}
