@@ -4,6 +4,7 @@ Commands (the dashboard adds ``serve`` and ``create-user``: see webapp/cli.py):
   hai-scheduler db upgrade   apply schema migrations (safe twice, safe from two processes)
   hai-scheduler db status    database health, clock and migration state
   hai-scheduler node         run a scheduler node without the web
+  hai-scheduler tasks ...    tasks as code: apply, export, list, trigger (scheduler_core/tasks_cli.py)
 
 Configuration comes from ``HAI_DATABASE_URL`` (default ``sqlite:///scheduler.db``; a relative
 SQLite path is taken from the current working directory) and ``HAI_DATABASE_*``;
@@ -63,7 +64,7 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int
 
 
 def add_core_commands(commands: Any) -> None:
-    """The commands that need no web server: ``db upgrade``, ``db status``, ``node``."""
+    """The commands that need no web server: ``db upgrade``, ``db status``, ``node``, ``tasks``."""
     node = commands.add_parser("node", help="run a scheduler node without the web dashboard (until SIGTERM)")
     node.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
     node.add_argument("--node-id", help="defaults to host-pid-random")
@@ -79,6 +80,9 @@ def add_core_commands(commands: Any) -> None:
         sub = db_commands.add_parser(name, help=text)
         sub.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
         sub.set_defaults(handler=handler)
+    from scheduler_core.tasks_cli import add_task_commands  # here: --help and `db` start without the runtime
+
+    add_task_commands(commands)
 
 
 def add_node_routing_options(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ are written as: a password of digits is a string, never a number.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -26,6 +27,9 @@ DEFAULT_BIND = "127.0.0.1:8000"
 ENVIRONMENTS = ("development", "production")
 PATH_MAX = 4_096
 MAX_PROXIES = 16  # HAI_TRUSTED_PROXIES: more proxies than this in front of one dashboard is a typo
+METRICS_LOOPBACK = ("127.0.0.0/8", "::1/128")  # HAI_METRICS_ALLOW's default: scrapes from this host only
+MAX_METRICS_NETWORKS = 64
+METRICS_TOKEN_MIN = 16
 # HAI_CONFIG_FILE holds dashboard settings only; these are read by the command line as well, so
 # they come from the environment alone and every process agrees on them.
 ENVIRONMENT_ONLY = ("DATABASE_URL", "HOOKS", "NODE_GROUPS", "BIND", "WORKERS", "THREADS", "ENV", "CONFIG_FILE")
@@ -51,6 +55,8 @@ class Settings:
     reach_config: str | None = None  # HAI_REACH_CONFIG: a JSON file of notification settings
     public_url: str | None = None  # HAI_PUBLIC_URL: the dashboard's address, for links in alerts
     trusted_proxies: int = 0  # HAI_TRUSTED_PROXIES: proxies whose X-Forwarded-For names the client, 0..16
+    metrics_token: str | None = field(default=None, repr=False)  # HAI_METRICS_TOKEN: bearer token for /metrics
+    metrics_allow: tuple[str, ...] = METRICS_LOOPBACK  # HAI_METRICS_ALLOW: networks scraping without a token
     dashboard: Mapping[str, Any] = field(default_factory=dict, repr=False)  # HAI_CONFIG_FILE's object
 
     def dashboard_config(self) -> dict[str, Any]:
@@ -58,7 +64,8 @@ class Settings:
         values = dict(self.dashboard)
         values.update(HOOKS=self.hooks, NODE_GROUPS=self.groups, ADMIN_PASSWORD=self.admin_password,
                       COOKIE_SECURE=self.cookie_secure, REACH_CONFIG=self.reach_config, PUBLIC_URL=self.public_url,
-                      TRUSTED_PROXIES=self.trusted_proxies)
+                      TRUSTED_PROXIES=self.trusted_proxies, METRICS_TOKEN=self.metrics_token,
+                      METRICS_ALLOW=self.metrics_allow)
         if self.secret_key:
             values["SECRET_KEY"] = self.secret_key
         return values
@@ -84,6 +91,8 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
         reach_config=_reach_file(*source.dashboard("REACH_CONFIG"), source.environ),
         public_url=_public_url(*source.dashboard("PUBLIC_URL")),
         trusted_proxies=_proxies(*source.dashboard("TRUSTED_PROXIES")),
+        metrics_token=metrics_token(*source.dashboard("METRICS_TOKEN")),
+        metrics_allow=metrics_networks(*source.dashboard("METRICS_ALLOW")),
         dashboard=_checked_file(source),
     )
 
@@ -170,6 +179,38 @@ def _number(value: Any, where: str, low: int, high: int) -> int:
 
 def _proxies(value: Any, where: str) -> int:
     return 0 if value is None else _number(value, where, 0, MAX_PROXIES)
+
+
+def metrics_token(value: Any, where: str = "HAI_METRICS_TOKEN") -> str | None:
+    """The bearer token a scraper sends to ``/metrics``: at least 16 characters, no spaces."""
+    if value is None:
+        return None
+    text = _text(value, where, 512)
+    if len(text) < METRICS_TOKEN_MIN or any(c.isspace() for c in text):
+        _fail(where, f"must be at least {METRICS_TOKEN_MIN} characters without spaces "
+                     "(e.g. the output of: openssl rand -hex 32)")
+    return text
+
+
+def metrics_networks(value: Any, where: str = "HAI_METRICS_ALLOW") -> tuple[str, ...]:
+    """The networks that may scrape ``/metrics`` without the token: comma-separated addresses or
+    CIDRs (``10.0.0.0/8, ::1``); ``none`` for no network (the token only). Default: loopback."""
+    if value is None:
+        return METRICS_LOOPBACK
+    items = value if isinstance(value, list | tuple) else _text(value, where).split(",")
+    names = [item.strip() if isinstance(item, str) else item for item in items]
+    if names == ["none"]:
+        return ()
+    if len(names) > MAX_METRICS_NETWORKS:
+        _fail(where, f"at most {MAX_METRICS_NETWORKS} networks")
+    networks = []
+    for name in names:
+        try:
+            networks.append(str(ipaddress.ip_network(name, strict=False)))
+        except (TypeError, ValueError):
+            _fail(where, f"{shown(name)} is not an address or CIDR network (e.g. 10.0.0.0/8, ::1; "
+                         "or none for the token only)")
+    return tuple(networks)
 
 
 def _flag(value: Any, where: str, *, default: bool) -> bool:

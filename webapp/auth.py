@@ -1,6 +1,7 @@
 """Login, roles and the guards every request passes.
 
-- No page or fragment without login, except ``/healthz`` and static files.
+- No page or fragment without login, except ``/healthz``, static files and ``/metrics`` (its own
+  token or address allow-list).
 - Roles: viewer (read only) < operator (trigger, resolve, repair, requeue) < admin (tasks,
   templates, users). ``require_role`` answers 403 below the role.
 - Sessions live on the server (``Logins``): the signed cookie carries a random token checked
@@ -49,6 +50,7 @@ from webapp.node import accounts_of
 
 bp = Blueprint("auth", __name__)
 PUBLIC_ENDPOINTS = {"auth.login", "health.healthz", "static"}
+PUBLIC_ENDPOINTS |= {"metrics.scrape"}  # its own token or address allow-list (webapp/metrics.py)
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 MAX_NEXT = 2000  # a longer "next" is no page of this dashboard

@@ -75,7 +75,9 @@ tasks = Table(
     _ms("paused_until", nullable=True),
     Column("paused_by", String(ID_LENGTH), nullable=True),
     Column("paused_reason", Text, nullable=True),
+    Column("managed_by", String(ID_LENGTH), nullable=True),  # the task file that created it (migration 0011)
     Index(None, "updated_at"),
+    Index(None, "managed_by"),  # tasks apply --prune
     Index(None, "enabled", "id"),
     **MYSQL_TABLE_OPTIONS,
 )
@@ -173,6 +175,7 @@ nodes = Table(
     _ms("stopped_at", nullable=True),
     Column("capabilities", Json, nullable=True),  # handler kinds it runs: api, python, hook, js
     Column("node_groups", Json, nullable=True),  # groups it belongs to
+    Column("last_tick_ms", BigInteger, nullable=True),  # its previous tick's duration, node clock (0011)
     Index(None, "last_seen_at"),
     **MYSQL_TABLE_OPTIONS,
 )

@@ -52,6 +52,7 @@ class Node:
         self._room = threading.Event()  # a thread freed up while occurrences wait in the backlog
         self._tasks_version: int | None = None
         self._last_heartbeat = 0.0
+        self._last_tick_ms: int | None = None  # the previous tick's duration (node clock)
         self._last_retention = time.monotonic()
         self._tick_lock = threading.Lock()
         self._pooled: set[Runner] = set()  # handed to the pool, not yet settled
@@ -149,10 +150,13 @@ class Node:
         if not self.accepting:
             return
         with self._tick_lock:
+            began = time.monotonic()
             try:
                 self._tick()
             except Exception:
                 logger.exception("tick failed on node %s; next tick retries", self.ctx.node_id)
+            finally:  # reported with the next heartbeat (nodes.last_tick_ms, for /metrics)
+                self._last_tick_ms = int((time.monotonic() - began) * 1000)
 
     def _tick(self) -> None:
         snapshot = self._snapshot()
@@ -194,7 +198,7 @@ class Node:
         self._last_heartbeat = now
         row = self.nodes.heartbeat(self.ctx.node_id, socket.gethostname(), os.getpid(),
                                    self.ctx.tasks.snapshot_columns(leases=True), sorted(self.ctx.capabilities),
-                                   self.ctx.config.groups)
+                                   self.ctx.config.groups, self._last_tick_ms)
         assert row is not None
         return self.ctx.tasks.snapshot_from(row)
 

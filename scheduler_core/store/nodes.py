@@ -46,9 +46,11 @@ class NodeRepository:
         self.engine = engine
 
     def heartbeat(self, node_id: str, host: str, pid: int, returning: Sequence[Any] = (),
-                  capabilities: Sequence[str] = (), groups: Sequence[str] = ()) -> Row[Any] | None:
+                  capabilities: Sequence[str] = (), groups: Sequence[str] = (),
+                  last_tick_ms: int | None = None) -> Row[Any] | None:
         """Create the node row on first call; afterwards refresh ``last_seen_at`` and what the node
-        advertises (the handler kinds it runs and the groups it serves).
+        advertises (the handler kinds it runs and the groups it serves), and ``last_tick_ms`` (its
+        previous tick's duration, for ``/metrics``).
 
         ``returning``: SQL expressions to evaluate in the same transaction and return (the
         node's tick snapshot), carried by the UPDATE's RETURNING where the database has it, so
@@ -56,7 +58,8 @@ class NodeRepository:
         """
 
         def work(conn: Connection) -> Row[Any] | None:
-            advertised = {"capabilities": sorted(capabilities), "node_groups": sorted(groups)}
+            advertised = {"capabilities": sorted(capabilities), "node_groups": sorted(groups),
+                          "last_tick_ms": last_tick_ms}
             beat = update(nodes).where(nodes.c.node_id == node_id).values(last_seen_at=db_now_ms(), stopped_at=None,
                                                                           **advertised)
             carried = bool(returning) and dialect_kind(conn) != "mysql"

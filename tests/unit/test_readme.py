@@ -82,10 +82,10 @@ def _help(words: list[str]) -> str:
 def test_the_command_line_synopsis_matches_the_parser() -> None:
     (synopsis,) = [code for _, code in _blocks("") if code.startswith("hai-scheduler serve")]
     lines = [line for line in synopsis.splitlines() if line.startswith("hai-scheduler ")]
-    assert len(lines) == 5
+    assert len(lines) == 9
     for line in lines:
         words = line.split()[1:]
-        command = words[:2] if words[0] == "db" else words[:1]
+        command = words[:2] if words[0] in ("db", "tasks") else words[:1]
         text = _help(command)
         for option in re.findall(r"--[a-z-]+", line):
             assert option in text, f"{' '.join(command)} has no {option}"

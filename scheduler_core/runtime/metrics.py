@@ -1,0 +1,142 @@
+"""Prometheus metrics from what the database knows (``/metrics`` serves them; see README "Metrics").
+
+A custom collector: each scrape reads one ``MetricsSnapshot`` (store/metrics.py, one read
+transaction) and turns it into metric families. Nothing is counted in process memory, so every
+gunicorn worker (and every node) answers a scrape alike and no multiprocess directory is needed.
+Counts over time are windowed gauges (``..._last_24h``), not counters: the journal is the record,
+and a window over its index is cheap where an all-time total would scan the whole table.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy.engine import Engine
+
+from scheduler_core.errors import SchedulerError
+from scheduler_core.store.metrics import MetricsRepository, MetricsSnapshot
+
+MAX_TASK_SERIES = 100  # tasks with their own series; the rest share task="_other"
+OTHER_TASKS = "_other"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_TASK_GAUGES = (
+    ("hai_tasks", "Tasks defined.", "tasks"),
+    ("hai_tasks_paused", "Tasks paused now (no cron occurrences until resumed).", "tasks_paused"),
+    ("hai_tasks_disabled", "Tasks disabled.", "tasks_disabled"),
+    ("hai_tasks_blocked", "Tasks whose slot is held by an unknown execution (waiting for an operator).",
+     "tasks_blocked"),
+    ("hai_tasks_managed", "Tasks created by a task file (hai-scheduler tasks apply).", "tasks_managed"),
+    ("hai_log_writes_pending", "Executions whose attempt logs are journaled but not yet written (repairable).",
+     "log_writes_pending"),
+)
+METRIC_NAMES = (
+    "hai_database_up", "hai_executions_last_24h", "hai_lease_takeovers_last_24h", "hai_executions_open",
+    *(name for name, _, _ in _TASK_GAUGES), "hai_notification_queue", "hai_notification_dead_letters",
+    "hai_notification_deliveries_last_24h", "hai_node_heartbeat_age_seconds", "hai_node_tick_duration_seconds",
+    "hai_fire_lateness_seconds",
+)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _by_task(snapshot: MetricsSnapshot) -> dict[tuple[str, str], int]:
+    """Executions by (task, status), the busiest ``MAX_TASK_SERIES`` tasks by name, the rest as
+    ``_other``: a scrape's series stay bounded however many tasks there are."""
+    volume: dict[str, int] = defaultdict(int)
+    for task_id, _, count, _ in snapshot.executions:
+        volume[task_id] += count
+    kept = set(sorted(volume, key=lambda task: (-volume[task], task))[:MAX_TASK_SERIES])
+    series: dict[tuple[str, str], int] = defaultdict(int)
+    for task_id, status, count, _ in snapshot.executions:
+        series[(task_id if task_id in kept else OTHER_TASKS, status)] += count
+    return series
+
+
+def _executions(snapshot: MetricsSnapshot) -> Iterator[Metric]:
+    window = GaugeMetricFamily("hai_executions_last_24h", "Executions journaled in the last 24 hours, by task and "
+                               "status (the busiest 100 tasks; the others as task=\"_other\").",
+                               labels=["task", "status"])
+    for (task, status), count in sorted(_by_task(snapshot).items()):
+        window.add_metric([task, status], count)
+    yield window
+    yield _gauge("hai_lease_takeovers_last_24h", "Ownership takeovers (a lease lost, another node went on) of "
+                 "executions journaled in the last 24 hours.", sum(row[3] for row in snapshot.executions))
+    open_rows = GaugeMetricFamily("hai_executions_open", "Executions not finished, by status (unknown ones keep "
+                                  "their task's slot until an operator decides).", labels=["status"])
+    for status in ("unknown", "running", "queued"):
+        open_rows.add_metric([status], snapshot.counts[f"executions_{status}"])
+    yield open_rows
+
+
+def _notifications(snapshot: MetricsSnapshot) -> Iterator[Metric]:
+    queue = GaugeMetricFamily("hai_notification_queue", "Notifications in the delivery queue not yet settled, by "
+                              "status.", labels=["status"])
+    for status in ("pending", "processing", "sending", "unknown", "dead"):
+        queue.add_metric([status], snapshot.queue.get(status, 0))
+    yield queue
+    yield _gauge("hai_notification_dead_letters", "Notifications that gave up (dead): requeue or discard them.",
+                 snapshot.queue.get("dead", 0))
+    deliveries = GaugeMetricFamily("hai_notification_deliveries_last_24h", "Deliveries that ended in the last 24 "
+                                   "hours, by provider and outcome.", labels=["provider", "outcome"])
+    for provider, outcome, count in sorted(snapshot.deliveries):
+        deliveries.add_metric([provider, outcome], count)
+    yield deliveries
+
+
+def _nodes(snapshot: MetricsSnapshot) -> Iterator[Metric]:
+    age = GaugeMetricFamily("hai_node_heartbeat_age_seconds", "Seconds since each node's last heartbeat (DB "
+                            "clock; nodes seen in the last 24 hours).", labels=["node", "stopped"])
+    tick = GaugeMetricFamily("hai_node_tick_duration_seconds", "How long each node's previous tick took, as "
+                             "reported with its last heartbeat.", labels=["node"])
+    for node in sorted(snapshot.nodes, key=lambda n: n.node_id):
+        age.add_metric([node.node_id, str(node.stopped).lower()], max(0, snapshot.now_ms - node.last_seen_at) / 1000)
+        if node.last_tick_ms is not None:
+            tick.add_metric([node.node_id], node.last_tick_ms / 1000)
+    yield age
+    yield tick
+
+
+def _lateness(snapshot: MetricsSnapshot) -> Metric:
+    late = snapshot.lateness
+    buckets = [(str(bound / 1000), count) for bound, count in late.buckets] + [("+Inf", late.count)]
+    return HistogramMetricFamily("hai_fire_lateness_seconds", "Seconds from a cron occurrence's scheduled minute "
+                                 "to its first attempt's start (occurrences of the last hour).",
+                                 buckets=buckets, sum_value=late.sum_ms / 1000)
+
+
+class DatabaseCollector(Collector):
+    """Reads the database on each scrape (never caches): every worker reports the same figures."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.repository = MetricsRepository(engine)
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            snapshot = self.repository.snapshot()
+        except SchedulerError:  # the database does not answer: say so, and nothing else
+            yield _gauge("hai_database_up", "Whether the database answered this scrape.", 0)
+            return
+        yield _gauge("hai_database_up", "Whether the database answered this scrape.", 1)
+        yield from _executions(snapshot)
+        for name, documentation, key in _TASK_GAUGES:
+            yield _gauge(name, documentation, snapshot.counts[key])
+        yield from _notifications(snapshot)
+        yield from _nodes(snapshot)
+        yield _lateness(snapshot)
+
+
+class Metrics:
+    """The exposition of one engine's metrics: ``render()`` is a scrape's body."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(DatabaseCollector(engine))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

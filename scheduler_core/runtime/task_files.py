@@ -1,0 +1,209 @@
+"""Task files (``hai-scheduler tasks apply`` / ``tasks export``): YAML or JSON, read and written.
+
+A file is ``{"tasks": [...]}`` (or the list alone); each entry has the fields of
+``TaskDefinition`` a user declares (``FILE_FIELDS``) and is validated by ``validate_task``, the
+check every entry point uses. ``${ENV_NAME}`` anywhere in a string is replaced by that
+environment variable when the file is read (``$${`` is a literal ``${``); a variable that is not
+set is an error naming it. Every problem is a ConfigError naming the task and field
+(``tasks.nightly.cron``), found before anything is applied.
+
+``export_tasks`` writes the other way: every value the masking module calls secret (a header
+such as ``Authorization``, a ``password`` param, a URL with a password or a token-like path)
+becomes a ``${HAI_TASK_<ID>_<PATH>}`` reference, never the value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scheduler_core.errors import ConfigError, SchedulerError
+from scheduler_core.executors import ExecutorRegistry
+from scheduler_core.masking import is_secret_name, mask_url
+from scheduler_core.model import TaskDefinition, validate_task
+from scheduler_core.validation import check_id
+
+FILE_FIELDS = ("id", "name", "cron", "description", "timezone", "enabled", "delete_after_run", "idempotent",
+               "retry", "handler", "params", "node_group", "catchup")
+_DEFAULTS = {"description": None, "timezone": "UTC", "enabled": True, "delete_after_run": False,
+             "idempotent": False, "retry": None, "handler": None, "params": None, "node_group": None,
+             "catchup": None}
+_REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    """A task file read and checked: its tasks in file order."""
+
+    path: str
+    tasks: tuple[TaskDefinition, ...]
+
+
+def read_task_file(path: str, environ: Mapping[str, str], registry: ExecutorRegistry | None = None) -> TaskFile:
+    """The file's tasks, each resolved and validated; ConfigError naming the first problem."""
+    entries = _entries(_load(path))
+    registry = registry or ExecutorRegistry()
+    seen: dict[str, int] = {}
+    found = []
+    for index, entry in enumerate(entries):
+        where = _where(entry, index)
+        task = _task(entry, where, environ, registry)
+        if task.id in seen:
+            raise ConfigError(where, f"the id appears twice in the file (entries {seen[task.id] + 1} and {index + 1})")
+        seen[task.id] = index
+        found.append(task)
+    return TaskFile(path, tuple(found))
+
+
+def _load(path: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("FILE", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise ConfigError("FILE", f"{path} is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        if path.lower().endswith(".json"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except ValueError as exc:
+        raise ConfigError("FILE", f"{path} is not JSON: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError("FILE", f"{path} is not YAML: {problem}{at}") from None
+
+
+def _entries(loaded: Any) -> list[Any]:
+    if isinstance(loaded, Mapping):
+        unknown = sorted(str(key) for key in loaded if key != "tasks")
+        if unknown:
+            raise ConfigError(unknown[0][:40], "is not a task file key (the file holds 'tasks': a list of tasks)")
+        loaded = loaded.get("tasks")
+    if not isinstance(loaded, list):
+        raise ConfigError("tasks", f"must be a list of tasks (got {type(loaded).__name__})")
+    return loaded
+
+
+def _where(entry: Any, index: int) -> str:
+    task_id = entry.get("id") if isinstance(entry, Mapping) else None
+    if isinstance(task_id, str) and task_id and len(task_id) <= 128 and task_id.isprintable():
+        return f"tasks.{task_id}"
+    return f"tasks[{index}]"
+
+
+def _task(entry: Any, where: str, environ: Mapping[str, str], registry: ExecutorRegistry) -> TaskDefinition:
+    if not isinstance(entry, Mapping):
+        raise ConfigError(where, f"must be a mapping of task fields (got {type(entry).__name__})")
+    unknown = sorted(str(key) for key in entry if key not in FILE_FIELDS)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0][:40]}", f"is not a task field (the fields: {', '.join(FILE_FIELDS)})")
+    for required in ("id", "name", "cron"):
+        if required not in entry:
+            raise ConfigError(f"{where}.{required}", "is required")
+    values = {str(key): resolve_references(value, f"{where}.{key}", environ) for key, value in entry.items()}
+    try:
+        check_id(values["id"], "id", url_path=True)
+        return validate_task(TaskDefinition(**values), registry.validate)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc.field}", exc.message.removeprefix(f"{exc.field}: ")) from None
+    except SchedulerError as exc:  # InvalidCronError: "cron: ..." -> "tasks.<id>.cron: ..."
+        named = re.match(r"[a-z_]+: ", exc.message)
+        raise type(exc)(f"{where}.{exc.message}" if named else f"{where}: {exc.message}") from None
+
+
+def resolve_references(value: Any, where: str, environ: Mapping[str, str]) -> Any:
+    """``value`` with every ``${NAME}`` in its strings replaced by the environment's value."""
+    if isinstance(value, str):
+        return _REFERENCE.sub(lambda match: _lookup(match, where, environ), value)
+    if isinstance(value, Mapping):
+        return {key: resolve_references(item, f"{where}.{key}", environ) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve_references(item, f"{where}[{index}]", environ) for index, item in enumerate(value)]
+    return value
+
+
+def _lookup(match: re.Match[str], where: str, environ: Mapping[str, str]) -> str:
+    if match.group(0) == "$${":
+        return "${"
+    name = match.group(1)
+    if not _ENV_NAME.fullmatch(name):
+        raise ConfigError(where, f"${{{name}}} is not an environment variable reference (use ${{NAME}}, "
+                                 "or $${ for a literal ${)")
+    if name not in environ:
+        raise ConfigError(where, f"names the environment variable {name}, which is not set")
+    return environ[name]
+
+
+# --- export ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Export:
+    """What ``tasks export`` writes, and the variables it references (name -> the field)."""
+
+    text: str
+    references: dict[str, str]
+
+
+def export_tasks(stored: list[TaskDefinition], as_json: bool = False) -> Export:
+    """The definitions as a task file, secrets as ``${...}`` references (never their values)."""
+    references: dict[str, str] = {}
+    entries = [_exported(task, references) for task in sorted(stored, key=lambda t: t.id)]
+    if as_json:
+        return Export(json.dumps({"tasks": entries}, indent=2, ensure_ascii=False) + "\n", references)
+    return Export(yaml.safe_dump({"tasks": entries}, sort_keys=False, allow_unicode=True), references)
+
+
+def _exported(task: TaskDefinition, references: dict[str, str]) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": task.id, "name": task.name, "cron": task.cron}
+    for name in FILE_FIELDS[3:]:
+        value = getattr(task, name)
+        value = value.to_json() if hasattr(value, "to_json") else value
+        if value != _DEFAULTS[name]:
+            data[name] = value
+
+    def leaf(value: Any, path: str, secret: bool) -> Any:
+        return _reference(task.id, value, path, secret, references)
+
+    for name in ("handler", "params"):
+        if name in data:
+            data[name] = _walk(data[name], name, False, leaf)
+    for name in ("name", "description"):
+        if isinstance(data.get(name), str):
+            data[name] = str(data[name]).replace("${", "$${")
+    return data
+
+
+def _walk(value: Any, path: str, secret: bool, leaf: Callable[[Any, str, bool], Any]) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _walk(item, f"{path}.{key}", secret or (isinstance(key, str) and is_secret_name(key)), leaf)
+                for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_walk(item, f"{path}[{index}]", secret, leaf) for index, item in enumerate(value)]
+    return leaf(value, path, secret)
+
+
+def _reference(task_id: str, value: Any, path: str, secret: bool, references: dict[str, str]) -> Any:
+    """A secret scalar (or a URL carrying a credential) as a reference; other strings escaped."""
+    if not isinstance(value, str):
+        secret = secret and value is not None and not isinstance(value, bool)
+    elif "://" in value and mask_url(value) != value:
+        secret = True
+    if not secret:
+        return value.replace("${", "$${") if isinstance(value, str) else value
+    name = re.sub(r"[^A-Z0-9]+", "_", f"HAI_TASK_{task_id}_{path}".upper()).strip("_")
+    while name in references and references[name] != f"tasks.{task_id}.{path}":
+        name += "_"
+    references[name] = f"tasks.{task_id}.{path}"
+    return f"${{{name}}}"
+
