@@ -51,6 +51,7 @@ class Settings:
     reach_config: str | None = None  # HAI_REACH_CONFIG: a JSON file of notification settings
     public_url: str | None = None  # HAI_PUBLIC_URL: the dashboard's address, for links in alerts
     trusted_proxies: int = 0  # HAI_TRUSTED_PROXIES: proxies whose X-Forwarded-For names the client, 0..16
+    api_rate_limit: int = 600  # HAI_API_RATE_LIMIT: JSON API requests per token per minute, 1..1000000
     dashboard: Mapping[str, Any] = field(default_factory=dict, repr=False)  # HAI_CONFIG_FILE's object
 
     def dashboard_config(self) -> dict[str, Any]:
@@ -58,7 +59,7 @@ class Settings:
         values = dict(self.dashboard)
         values.update(HOOKS=self.hooks, NODE_GROUPS=self.groups, ADMIN_PASSWORD=self.admin_password,
                       COOKIE_SECURE=self.cookie_secure, REACH_CONFIG=self.reach_config, PUBLIC_URL=self.public_url,
-                      TRUSTED_PROXIES=self.trusted_proxies)
+                      TRUSTED_PROXIES=self.trusted_proxies, API_RATE_LIMIT=self.api_rate_limit)
         if self.secret_key:
             values["SECRET_KEY"] = self.secret_key
         return values
@@ -84,6 +85,7 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
         reach_config=_reach_file(*source.dashboard("REACH_CONFIG"), source.environ),
         public_url=_public_url(*source.dashboard("PUBLIC_URL")),
         trusted_proxies=_proxies(*source.dashboard("TRUSTED_PROXIES")),
+        api_rate_limit=_api_rate_limit(*source.dashboard("API_RATE_LIMIT")),
         dashboard=_checked_file(source),
     )
 
@@ -170,6 +172,10 @@ def _number(value: Any, where: str, low: int, high: int) -> int:
 
 def _proxies(value: Any, where: str) -> int:
     return 0 if value is None else _number(value, where, 0, MAX_PROXIES)
+
+
+def _api_rate_limit(value: Any, where: str) -> int:
+    return Settings.api_rate_limit if value is None else _number(value, where, 1, 1_000_000)
 
 
 def _flag(value: Any, where: str, *, default: bool) -> bool:
