@@ -32,6 +32,7 @@ from webapp import alerts, audit, auth, errors, executions, health, logs, nodes,
 from webapp.api import bp as api_blueprint
 from webapp.first_start import bootstrap_admin, secret_key
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
+from webapp.user_tokens import bp as user_tokens_blueprint
 
 db = SQLAlchemy()
 csrf = CSRFProtect()
@@ -102,6 +103,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))
     for module in (health, auth, overview, tasks, executions, logs, notifications, alerts, nodes, audit, users):
         app.register_blueprint(module.bp)
+    app.register_blueprint(user_tokens_blueprint)
     app.register_blueprint(api_blueprint)
     csrf.exempt(api_blueprint)  # bearer tokens only: no cookie signs an API call in, so there is nothing to forge
     errors.install(app)
