@@ -84,11 +84,17 @@ def delivery(api: Api, status: str) -> Any:
     return api.app.extensions["hai_reach"].queue.get(queue_id)
 
 
+_reflected: dict[tuple[int, str], MetaData] = {}
+
+
 def snapshot(app: Flask) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table but NOT_COMPARED (reflected, so a new table is included)."""
+    """Every row of every table but NOT_COMPARED (reflected once per engine, so a new table is included)."""
     engine = app.extensions["hai_engine"]
-    tables = MetaData()
-    tables.reflect(engine)
+    key = (id(engine), str(engine.url))
+    tables = _reflected.get(key)
+    if tables is None:
+        tables = _reflected[key] = MetaData()
+        tables.reflect(engine)
     with engine.connect() as conn:
         rows = {name: sorted((tuple(row) for row in conn.execute(select(table))), key=repr)
                 for name, table in tables.tables.items() if name not in NOT_COMPARED}

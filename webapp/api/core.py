@@ -177,7 +177,7 @@ def read_body(model: type[BaseModel]) -> BaseModel:
     if len(raw) > MAX_BODY:
         raise ApiProblem(413, "Body too large", f"the body must be at most {MAX_BODY} bytes", BODY_CODE, "body")
     try:
-        value = json.loads(raw.decode("utf-8") if raw else "{}", parse_constant=_no_constant)
+        value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, NaN, 5,000-digit numbers, deep nests
         raise ApiProblem(400, "Not JSON", f"the body must be a JSON object: {str(exc)[:200]}", BODY_CODE,
                          "body") from None

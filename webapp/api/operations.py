@@ -17,7 +17,9 @@ from scheduler_core.errors import ConfigError, SchedulerError
 from scheduler_core.masking import mask_values
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.reach.queue import QueueRow
+from scheduler_core.runtime.accounts import MAX_REASON
 from scheduler_core.store.journal_queries import Cursor
+from scheduler_core.validation import check_text
 from webapp.api import schemas as s
 from webapp.api.core import Caller, not_found, operation
 from webapp.forms import review_errors
@@ -60,7 +62,9 @@ def _log_out(log: ExecutionLog) -> s.LogEntry:
 
 
 def _review(status: str, outcomes: tuple[str, ...], reason: str) -> str:
-    """The resolve form's rules (a reason is required), raised as the core's ConfigError."""
+    """The resolve form's rules (a reason is required), raised as the core's ConfigError; the
+    reason is checked as the audit trail will store it before anything is changed."""
+    check_text(reason, "reason", MAX_REASON, blank=True)
     errors = review_errors(status, outcomes, reason.strip(), 0)
     if errors:
         field, message = next(iter(errors.items()))
