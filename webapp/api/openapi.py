@@ -44,9 +44,15 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
     return parameters
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/problem+json": {"schema": {"$ref": REF.format(model="Problem")}}}}
+INTEGER = {"schema": {"type": "integer", "minimum": 0}}
+RETRY_AFTER = {"Retry-After": {"description": "seconds until the token's window ends", **INTEGER}}
+REMAINING = {"X-RateLimit-Remaining": {"description": "calls this token has left in its minute", **INTEGER}}
+
+
+def _problem(code: int, description: str) -> dict[str, Any]:
+    answer = {"description": description,
+              "content": {"application/problem+json": {"schema": {"$ref": REF.format(model="Problem")}}}}
+    return {**answer, "headers": RETRY_AFTER} if code == 429 else answer
 
 
 def _operation(op: Operation) -> dict[str, Any]:
@@ -57,9 +63,9 @@ def _operation(op: Operation) -> dict[str, Any]:
         "operationId": op.endpoint, "summary": op.summary, "tags": [op.tag],
         "description": f"Needs the {op.role} role (viewer < operator < admin).",
         "parameters": _parameters(op),
-        "responses": {str(op.status): {"description": "OK", "content": {"application/json": {
+        "responses": {str(op.status): {"description": "OK", "headers": REMAINING, "content": {"application/json": {
             "schema": {"$ref": REF.format(model=op.response.__name__)}}}},
-            **{str(code): _problem(text) for code, text in sorted(errors.items())}},
+            **{str(code): _problem(code, text) for code, text in sorted(errors.items())}},
     }
     if op.body is not None:
         document["requestBody"] = {"required": True, "content": {"application/json": {
