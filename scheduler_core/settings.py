@@ -57,6 +57,7 @@ class Settings:
     trusted_proxies: int = 0  # HAI_TRUSTED_PROXIES: proxies whose X-Forwarded-For names the client, 0..16
     metrics_token: str | None = field(default=None, repr=False)  # HAI_METRICS_TOKEN: bearer token for /metrics
     metrics_allow: tuple[str, ...] = METRICS_LOOPBACK  # HAI_METRICS_ALLOW: networks scraping without a token
+    api_rate_limit: int = 600  # HAI_API_RATE_LIMIT: JSON API requests per token per minute, 1..1000000
     dashboard: Mapping[str, Any] = field(default_factory=dict, repr=False)  # HAI_CONFIG_FILE's object
 
     def dashboard_config(self) -> dict[str, Any]:
@@ -65,7 +66,7 @@ class Settings:
         values.update(HOOKS=self.hooks, NODE_GROUPS=self.groups, ADMIN_PASSWORD=self.admin_password,
                       COOKIE_SECURE=self.cookie_secure, REACH_CONFIG=self.reach_config, PUBLIC_URL=self.public_url,
                       TRUSTED_PROXIES=self.trusted_proxies, METRICS_TOKEN=self.metrics_token,
-                      METRICS_ALLOW=self.metrics_allow)
+                      METRICS_ALLOW=self.metrics_allow, API_RATE_LIMIT=self.api_rate_limit)
         if self.secret_key:
             values["SECRET_KEY"] = self.secret_key
         return values
@@ -93,6 +94,7 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
         trusted_proxies=_proxies(*source.dashboard("TRUSTED_PROXIES")),
         metrics_token=metrics_token(*source.dashboard("METRICS_TOKEN")),
         metrics_allow=metrics_networks(*source.dashboard("METRICS_ALLOW")),
+        api_rate_limit=_api_rate_limit(*source.dashboard("API_RATE_LIMIT")),
         dashboard=_checked_file(source),
     )
 
@@ -211,6 +213,8 @@ def metrics_networks(value: Any, where: str = "HAI_METRICS_ALLOW") -> tuple[str,
             _fail(where, f"{shown(name)} is not an address or CIDR network (e.g. 10.0.0.0/8, ::1; "
                          "or none for the token only)")
     return tuple(networks)
+def _api_rate_limit(value: Any, where: str) -> int:
+    return Settings.api_rate_limit if value is None else _number(value, where, 1, 1_000_000)
 
 
 def _flag(value: Any, where: str, *, default: bool) -> bool:

@@ -25,12 +25,15 @@ from scheduler_core.db.config import is_production
 from scheduler_core.errors import ReachConfigError
 from scheduler_core.reach import QueuePolicy
 from scheduler_core.runtime.accounts import Accounts, AuditTrail
+from scheduler_core.runtime.api_tokens import ApiTokens, check_rate_limit
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
+from webapp.api import bp as api_blueprint
 from webapp.first_start import bootstrap_admin, secret_key
 from webapp.metrics import install as install_metrics
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
+from webapp.user_tokens import bp as user_tokens_blueprint
 
 db = SQLAlchemy()
 csrf = CSRFProtect()
@@ -93,12 +96,17 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_database"] = config
     app.extensions["hai_accounts"] = Accounts(engine)
     app.extensions["hai_audit"] = AuditTrail(engine)
+    app.extensions["hai_api_tokens"] = ApiTokens(engine)
+    app.config["API_RATE_LIMIT"] = check_rate_limit(app.config.get("API_RATE_LIMIT", Settings.api_rate_limit))
     scheduler = make_scheduler(engine, app.config)
     app.extensions["hai_scheduler"] = scheduler
     app.extensions["hai_reach"] = make_reach(app, scheduler)
     bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))
     for module in (health, auth, overview, tasks, executions, logs, notifications, alerts, nodes, audit, users):
         app.register_blueprint(module.bp)
+    app.register_blueprint(user_tokens_blueprint)
+    app.register_blueprint(api_blueprint)
+    csrf.exempt(api_blueprint)  # bearer tokens only: no cookie signs an API call in, so there is nothing to forge
     errors.install(app)
     auth.install(app)
     install_metrics(app)  # /metrics: no login, its own token or address allow-list

@@ -169,8 +169,8 @@ def logout() -> ResponseReturnValue:
 
 def _load_user() -> ResponseReturnValue | None:
     g.user, g.session_token = None, None
-    if request.endpoint == "static":
-        return None
+    if request.endpoint == "static" or request.path.startswith("/api/"):
+        return None  # the JSON API signs in by bearer token only (webapp/api/core.py): never by this cookie
     if "sid" in session:
         found = _logins().session_user(session["sid"])
         if found is not None:

@@ -2,6 +2,7 @@
 
   hai-scheduler serve [--bind HOST:PORT]           the dashboard under gunicorn, one node per worker
   hai-scheduler create-user NAME --role ROLE       add a user (password asked, or HAI_NEW_PASSWORD)
+  hai-scheduler create-token USER [--name N] [--expires-days D]   a personal API token, printed once
   hai-scheduler db upgrade | db status | node      see scheduler_core/cli.py
 
 Every command reads and checks its settings first (scheduler_core/settings.py): ``serve`` refuses
@@ -25,6 +26,7 @@ from scheduler_core.db import close_engine, create_engine, upgrade
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import ROLES, Accounts, check_new_password, check_username
 from scheduler_core.settings import Settings
+from webapp.token_cli import add_token_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     user.add_argument("--reset", action="store_true",
                       help="for an existing user: set a new password, and the role given")
     user.set_defaults(handler=_create_user)
+    add_token_command(commands)
     return dispatch(parser, argv)
 
 

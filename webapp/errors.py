@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask, Response, render_template
+from flask import Flask, Response, render_template, request
 from flask.typing import ResponseReturnValue
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
@@ -17,6 +17,7 @@ from scheduler_core.errors import (
     TaskNotFoundError,
     TemplateNotFoundError,
 )
+from webapp.api.core import ApiProblem, problem_response
 from webapp.htmx import is_htmx
 
 
@@ -34,6 +35,9 @@ def _csrf(error: CSRFError) -> ResponseReturnValue:
 
 
 def _http(error: HTTPException) -> ResponseReturnValue:
+    if request.path.startswith("/api/"):  # no such API route, or not with this method: a problem, not a page
+        code = error.code or 500
+        return problem_response(ApiProblem(code, error.name, error.description or error.name, f"hai:api:{code}"))
     return _page(error.code or 500, error.name, error.description or "")
 
 

@@ -48,6 +48,8 @@ def review_errors(status: str, outcomes: Sequence[str], reason: str, expected: i
         errors["status"] = f"Choose {' or '.join(outcomes)}."
     if not reason:
         errors["reason"] = "A reason is required: say what you checked."
+    elif "\x00" in reason:  # the audit trail could not store it, and the action would already be done
+        errors["reason"] = "Remove the NUL character."
     elif len(reason) > MAX_REASON:
         errors["reason"] = f"Keep the reason under {MAX_REASON} characters."
     if expected is None:

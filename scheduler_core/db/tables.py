@@ -341,3 +341,23 @@ login_failures = Table(
     Index(None, "at"),
     **MYSQL_TABLE_OPTIONS,
 )
+
+# Personal API tokens (migration 0010): the token is shown once, this table keeps its SHA-256.
+# It signs in as ``username`` with that user's current role (a disabled user's tokens stop at once).
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", String(36), primary_key=True),  # a UUID: what the Users page and the audit trail name
+    Column("username", String(64), nullable=False),
+    Column("name", String(64), nullable=False),  # the label its creator gave it ("ci", "grafana")
+    Column("digest", String(64), nullable=False),  # hex SHA-256 of the token, never the token
+    _ms("created_at"),
+    _ms("expires_at", nullable=True),  # None: until revoked
+    _ms("last_used_at", nullable=True),
+    _ms("revoked_at", nullable=True),
+    _ms("window_start"),  # the rate-limit window this token's requests are counted in (DB clock)
+    Column("window_count", Integer, nullable=False),  # requests counted in that window
+    Index(None, "digest", unique=True),  # every request looks its token up by digest
+    Index(None, "username", "created_at"),  # a user's tokens, oldest first
+    **MYSQL_TABLE_OPTIONS,
+)

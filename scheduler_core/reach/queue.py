@@ -368,7 +368,7 @@ def _cursor(value: Any) -> tuple[int, str] | None:
     if value is None:
         return None
     at, _, queue_id = value.partition(".") if isinstance(value, str) else ("", "", "")
-    if not at.isdigit() or len(at) > 16:
+    if not at.isascii() or not at.isdigit() or len(at) > 16:  # "²" is a digit to isdigit, not to int
         raise ReachConfigError("after", f"must be a page cursor <updated_at>.<queue_id> (got {shown(value)})")
     return int(at), _queue_id(queue_id, "after")
 

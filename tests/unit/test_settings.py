@@ -158,3 +158,16 @@ def test_a_count_in_other_digits_is_refused_by_name_not_a_traceback(name: str) -
     with pytest.raises(ConfigError) as info:
         read_settings(environ={"HAI_DATABASE_URL": "sqlite:///x.db", name: "²"})
     assert info.value.field == name
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1000001", "x", "²", "٣", "1.5"])
+def test_the_api_rate_limit_is_a_count_checked_by_name(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        read_settings(environ={"HAI_DATABASE_URL": "sqlite:///x.db", "HAI_API_RATE_LIMIT": value})
+    assert info.value.field == "HAI_API_RATE_LIMIT"
+
+
+def test_the_api_rate_limit_reaches_the_dashboard_config() -> None:
+    base = {"HAI_DATABASE_URL": "sqlite:///x.db"}
+    assert read_settings(environ=base).dashboard_config()["API_RATE_LIMIT"] == 600
+    assert read_settings(environ={**base, "HAI_API_RATE_LIMIT": "30"}).dashboard_config()["API_RATE_LIMIT"] == 30

@@ -6,7 +6,7 @@
   (dashboard, Python embedding), never pruned.
 
 Revision ID: 0011
-Revises: 0009 (the lead relinks it after 0010 at merge)
+Revises: 0010
 Create Date: 2026-12-01
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,167 @@
+"""``/api/v1/tasks``: search, read, create, update, delete, pause / resume, trigger.
+
+The same runtime calls as the task pages (``webapp/tasks.py``): ``scheduler.task_ops.search``,
+``register``, ``update_task`` (compare-and-set on ``updated_at``), ``task_ops.delete``,
+``pause`` / ``resume``, ``submit``; the same audit actions. Like the form, the API edits
+``api`` and ``hook`` tasks only and never accepts code; definitions go out masked, and a
+masked value sent back keeps the stored secret (``restore_masked``).
+
+Ids may hold ``/``: as on the pages, an action comes before the id
+(``POST /api/v1/tasks/trigger/<id>``), and ``/api/v1/tasks/<id>`` is the task itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app
+
+from scheduler_core.cron import manual_occurrence_id
+from scheduler_core.errors import ConfigError, ExecutionNotFoundError
+from scheduler_core.model import RetryPolicy, TaskDefinition
+from scheduler_core.runtime.task_operations import TaskRow, restore_masked
+from webapp.api import schemas as s
+from webapp.api.core import Caller, operation
+from webapp.node import scheduler_of
+from webapp.task_form import CODE_KINDS, CODE_REFUSED
+
+MAX_PAUSE_MINUTES = 7 * 24 * 60
+
+
+def task_out(task: TaskDefinition) -> s.Task:
+    return s.Task.model_validate(task.masked())
+
+
+def _row(row: TaskRow) -> s.TaskRow:
+    return s.TaskRow(id=row.id, task=task_out(row.task) if row.task else None, problem=row.problem,
+                     state=str(row.state) if row.state else None, last_status=row.last.status if row.last else None,
+                     last_occurrence_id=row.last.occurrence_id if row.last else None, next_run_ms=row.next_run_ms)
+
+
+def _retry(retry: s.RetryIn | None) -> RetryPolicy | None:
+    if retry is None:
+        return None
+    return RetryPolicy(max_attempts=retry.max_attempts, backoff_ms=tuple(retry.backoff_ms))
+
+
+def _no_code(handler: dict[str, Any] | None) -> None:
+    kind = handler.get("kind") if handler else None
+    if kind in CODE_KINDS:
+        raise ConfigError("handler.kind", CODE_REFUSED)
+
+
+@operation("GET", "/tasks", summary="Search tasks (the Tasks page's field:value search), keyset pages",
+           role="viewer", query=s.TaskSearch, response=s.TaskPage)
+def list_tasks(caller: Caller, query: s.TaskSearch) -> s.TaskPage:
+    page = scheduler_of(current_app).task_ops.search(query.q, query.limit, after=query.after, before=query.before)
+    return s.TaskPage(rows=[_row(row) for row in page.rows], next_after=page.next_after, prev_before=page.prev_before)
+
+
+@operation("GET", "/tasks/<path:task_id>", summary="One task's stored definition (secrets masked)", role="viewer",
+           response=s.Task)
+def get_task(caller: Caller, task_id: str) -> s.Task:
+    return task_out(scheduler_of(current_app).task_ops.get(task_id))
+
+
+@operation("POST", "/tasks", summary="Create an api or hook task", role="admin", body=s.TaskCreate,
+           response=s.Task, status=201)
+def create_task(caller: Caller, body: s.TaskCreate) -> s.Task:
+    _no_code(body.handler)
+    definition = TaskDefinition(
+        id=body.id, name=body.name, cron=body.cron, description=body.description, timezone=body.timezone,
+        enabled=body.enabled, idempotent=body.idempotent, delete_after_run=body.delete_after_run,
+        retry=_retry(body.retry), handler=body.handler, params=body.params, node_group=body.node_group)
+    stored = scheduler_of(current_app).register(definition)
+    caller.audit("task.create", stored.id, after=stored.masked())
+    return task_out(stored)
+
+
+@operation("PATCH", "/tasks/<path:task_id>", summary="Change a task at the version read (409 when it changed)",
+           role="admin", body=s.TaskUpdate, response=s.Task)
+def update_task(caller: Caller, body: s.TaskUpdate, task_id: str) -> s.Task:
+    scheduler = scheduler_of(current_app)
+    current = scheduler.task_ops.get(task_id)
+    given = body.model_fields_set - {"expected_updated_at"}
+    if current.handler_kind in CODE_KINDS and given - {"enabled"}:
+        raise ConfigError("handler.kind", f"{current.handler_kind} tasks are read-only here (only enabled may "
+                                          "change): their code is defined in the application")
+    changes: dict[str, Any] = {name: getattr(body, name) for name in given}
+    if "retry" in changes:
+        changes["retry"] = _retry(body.retry)
+    if "handler" in changes:
+        _no_code(body.handler)
+        changes["handler"] = restore_masked(body.handler, current.handler, "handler")
+    if "params" in changes:
+        changes["params"] = restore_masked(body.params, current.params, "params")
+    for name in ("name", "cron", "timezone", "enabled", "idempotent", "delete_after_run"):
+        if name in changes and changes[name] is None:
+            raise ConfigError(name, "cannot be null (leave it out to keep the stored value)")
+    stored = scheduler.update_task(task_id, expected_updated_at=body.expected_updated_at, **changes)
+    caller.audit("task.update", task_id, before=current.masked(), after=stored.masked())
+    return task_out(stored)
+
+
+@operation("DELETE", "/tasks/<path:task_id>", summary="Delete a task at the version read", role="admin",
+           body=s.Version, response=s.Deleted)
+def delete_task(caller: Caller, body: s.Version, task_id: str) -> s.Deleted:
+    deleted = scheduler_of(current_app).task_ops.delete(task_id, body.expected_updated_at)
+    caller.audit("task.delete", task_id, before=deleted.masked())
+    return s.Deleted(id=task_id, deleted=True)
+
+
+@operation("POST", "/tasks/pause/<path:task_id>", summary="Pause a task's cron occurrences", role="operator",
+           body=s.PauseIn, response=s.Task)
+def pause_task(caller: Caller, body: s.PauseIn, task_id: str) -> s.Task:
+    scheduler = scheduler_of(current_app)
+    scheduler.task_ops.get(task_id)
+    reason = body.reason.strip()
+    if not reason:
+        raise ConfigError("reason", "say why it is paused: the next operator reads it")
+    until = None
+    if body.minutes is not None:
+        if not 1 <= body.minutes <= MAX_PAUSE_MINUTES:
+            raise ConfigError("minutes", f"must be a whole number of minutes, 1 to {MAX_PAUSE_MINUTES} (7 days)")
+        until = scheduler.task_ops.now_ms() + body.minutes * 60_000
+    if scheduler.task_ops.state(task_id).state == "paused":
+        raise ConfigError("task_id", "is already paused; resume it first to pause it with another reason")
+    paused = scheduler.pause(task_id, reason=reason, until_ms=until, by=caller.name)
+    caller.audit("task.pause", task_id, before={"paused": None},
+                 after={"paused_until": until, "paused_by": caller.name, "revision": paused.revision}, reason=reason)
+    return task_out(paused)
+
+
+@operation("POST", "/tasks/resume/<path:task_id>", summary="Resume a paused task", role="operator",
+           response=s.Task)
+def resume_task(caller: Caller, task_id: str) -> s.Task:
+    scheduler = scheduler_of(current_app)
+    before = scheduler.task_ops.get(task_id)
+    resumed = scheduler.resume(task_id, by=caller.name)
+    was = before.paused
+    caller.audit("task.resume", task_id,
+                 before={"paused_by": was.by, "reason": was.reason} if was else {"paused": None},
+                 after={"paused": None, "revision": resumed.revision})
+    return task_out(resumed)
+
+
+@operation("POST", "/tasks/trigger/<path:task_id>",
+           summary="Run a task now (never waits for the run); the same idempotency key returns the same occurrence",
+           role="operator", body=s.TriggerIn, response=s.Triggered, status=202)
+def trigger_task(caller: Caller, body: s.TriggerIn, task_id: str) -> s.Triggered:
+    scheduler = scheduler_of(current_app)
+    scheduler.task_ops.get(task_id)
+    key = (body.idempotency_key or "").strip() or None
+    source = (body.source or "").strip() or f"api:{caller.name}"
+    existed = key is not None and "\x00" not in key and _journaled(manual_occurrence_id(task_id, key))
+    occurrence = scheduler.submit(task_id, source=source, idempotency_key=key)
+    execution = scheduler.execution.get(occurrence)
+    caller.audit("task.trigger", task_id, after={"occurrence_id": occurrence, "status": execution.status,
+                                                 "source": source, "idempotency_key": key, "existing": existed})
+    return s.Triggered(occurrence_id=occurrence, status=execution.status, reason=execution.reason, existing=existed)
+
+
+def _journaled(occurrence_id: str) -> bool:
+    try:
+        scheduler_of(current_app).execution.get(occurrence_id)
+    except ExecutionNotFoundError:
+        return False
+    return True
