@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from scheduler_core.settings import Settings, read_settings
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
 from webapp.first_start import bootstrap_admin, secret_key
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
+from webapp.timefmt import install as install_time_filters
 
 db = SQLAlchemy()
 csrf = CSRFProtect()
@@ -100,13 +100,6 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         app.register_blueprint(module.bp)
     errors.install(app)
     auth.install(app)
-    app.add_template_filter(_iso, "iso")
+    install_time_filters(app)
     return app
-
-
-def _iso(ms: int | None) -> str:
-    """Unix ms as an ISO-8601 UTC timestamp (the browser shows it in the viewer's zone)."""
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 

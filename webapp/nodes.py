@@ -18,4 +18,5 @@ def index() -> ResponseReturnValue:
     leases = defaultdict(list)
     for execution in scheduler.execution.leases():
         leases[execution.owner_node or "?"].append(execution)
-    return render_template("nodes/index.html", nodes=scheduler.nodes(), leases=leases)
+    return render_template("nodes/index.html", nodes=scheduler.nodes(), leases=leases,
+                           now_ms=scheduler.execution.now_ms())

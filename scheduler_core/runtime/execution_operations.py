@@ -154,6 +154,10 @@ class ExecutionOperations:
         check_id(log_id, "log_id")
         return self._journal().log(log_id)
 
+    def now_ms(self) -> int:
+        """The database clock now (unix ms): what a page's relative times ("3 s ago") count from."""
+        return self._journal().now_ms()
+
     def log_failure_count(self, cap: int = COUNT_CAP) -> BoundedCount:
         """Journal rows whose log projection is pending, counted up to ``cap``."""
         check_int(cap, "cap", 1, 1_000_000)

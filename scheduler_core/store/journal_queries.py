@@ -145,6 +145,10 @@ class JournalQueries:
         row = read(self.engine, lambda conn: conn.execute(query).first())
         return log_from_row(row) if row is not None else None
 
+    def now_ms(self) -> int:
+        """The DB clock, for "3 s ago" on a page read at this instant."""
+        return read(self.engine, lambda conn: to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms"))
+
     # --- counts -----------------------------------------------------------------------
 
     def status_counts(self, statuses: Sequence[str], cap: int) -> dict[str, BoundedCount]:
