@@ -27,6 +27,7 @@ from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
+from webapp.evidence import install as install_evidence
 from webapp.first_start import bootstrap_admin, secret_key
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
 from webapp.timefmt import install as install_time_filters
@@ -101,5 +102,6 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     errors.install(app)
     auth.install(app)
     install_time_filters(app)
+    install_evidence(app)
     return app
 

@@ -18,6 +18,7 @@ from scheduler_core.config import SchedulerConfig
 from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError, LogPersistFailedError
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.unknown_review import BulkResolvePreview, BulkResolveResult, UnknownReview
 from scheduler_core.statuses import AttemptStatus, ExecutionStatus, LogPersistenceStatus, Resolution
 from scheduler_core.store.journal_queries import (
     BoundedCount,
@@ -27,6 +28,7 @@ from scheduler_core.store.journal_queries import (
     KeysetPage,
 )
 from scheduler_core.store.logs import LogFilter
+from scheduler_core.store.unknown_review import UnknownReviewQueries
 from scheduler_core.validation import (
     ID_MAX,
     PAGE_LIMIT,
@@ -112,6 +114,12 @@ class ExecutionOperations:
         self._context = context  # the node's context; raises NOT_INITIALIZED before init()
         self._queries = JournalQueries(engine)
         self._config = config
+        self._unknown_queries = UnknownReviewQueries(engine)
+        self._review = UnknownReview(self._unknown_review_queries, lambda: self._context().executions, self.now_ms)
+
+    def _unknown_review_queries(self) -> UnknownReviewQueries:
+        self._context()  # NOT_INITIALIZED before init(), like every operator call
+        return self._unknown_queries
 
     def _journal(self) -> JournalQueries:
         self._context()  # NOT_INITIALIZED before init(), like every operator call
@@ -188,6 +196,19 @@ class ExecutionOperations:
     def list_unknown(self, limit: int = 50, offset: int = 0) -> list[Execution]:
         check_page(limit, offset)
         return self._context().executions.list_by_status("unknown", limit, offset)
+
+    def unknown(self, task_id: str | None = None, reason: str | None = None, limit: int = 100) -> list[Execution]:
+        """Unknown executions (optionally of one task, one reason), the longest-waiting first."""
+        return self._review.unknown(task_id, reason, limit)
+
+    def preview_bulk_resolve(self, task_id: str | None = None, reason: str | None = None) -> BulkResolvePreview:
+        """Capture and count the unknown executions a bulk resolution of this filter would settle."""
+        return self._review.preview_bulk_resolve(task_id, reason)
+
+    def bulk_resolve(self, preview: BulkResolvePreview, status: str, resolved_by: str | None,
+                     reason: str) -> BulkResolveResult:
+        """Resolve exactly the previewed set (scheduler_core/runtime/unknown_review.py)."""
+        return self._review.bulk_resolve(preview, status, resolved_by, reason)
 
     def resolve_unknown(self, occurrence_id: str, status: str, expected_updated_at: int,
                         resolved_by: str | None = None, reason: str | None = None) -> Execution:

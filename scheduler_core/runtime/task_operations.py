@@ -62,6 +62,7 @@ class TaskRow:
     last: Execution | None  # the newest journal row, None if it never ran
     next_run_ms: int | None  # the next fire minute (DB clock), None when disabled or unreadable
     state: TaskStateName | None = None  # ok / paused / disabled / blocked; None when unreadable
+    blocked_by: Execution | None = None  # the execution holding the slot, when it blocks the task
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,8 @@ class TaskOperations:
             return TaskRow(stored.id, None, stored.problem, last, None)
         next_run = next_fire_ms(task.cron, task.timezone, now) if task.enabled else None
         blocked = holder is not None and blocks(task, holder, now)
-        return TaskRow(stored.id, task, stored.problem, last, next_run, state_name(task, blocked, now))
+        return TaskRow(stored.id, task, stored.problem, last, next_run, state_name(task, blocked, now),
+                       holder if blocked else None)
 
     def get(self, task_id: str) -> TaskDefinition:
         """The stored definition (not the snapshot: an edit form must carry the current version)."""
