@@ -16,12 +16,14 @@ from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
 from scheduler_core.model import Attempt
+from scheduler_core.reach import Reach
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 from scheduler_core.store.executions import FinishRequest
+from scheduler_core.store.reach_queue import QueueRepository
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.journal import slot_holder
-from tests.webapp.conftest import Auth, csrf_token
+from tests.webapp.conftest import CONSOLE_REACH, Auth, csrf_token
 from webapp.evidence import EXCERPT_CHARS, exit_evidence
 from webapp.node import accounts_of, audit_of, scheduler_of
 
@@ -191,3 +193,21 @@ def test_a_blocked_task_links_to_the_execution_holding_its_slot(app: Flask, clie
     stuck_row = listing[start:listing.index("</tr>", start)]
     assert "badge-state-blocked" in stuck_row and f"/executions/view/{occurrence}" in stuck_row
     assert client.get(f"/executions/view/{occurrence}").get_data(as_text=True).count("holds its task") == 1
+
+
+def test_a_dead_letter_shows_its_real_cause(db_app: Flask) -> None:
+    engine = db_app.extensions["hai_engine"]
+    queue_id = str(uuid.uuid4())
+    QueueRepository(engine, "test", 60_000).enqueue(queue_id, "log", None, "bad\x01recipient", "S", "secret body",
+                                                    {}, (3, 1_000, 4_000), None)
+    rounds = Reach(engine, CONSOLE_REACH, node_id="rounds", auto_migrate=False)
+    rounds.init()
+    try:
+        rounds.run_round()
+    finally:
+        rounds.close()
+    client = db_app.test_client()
+    Auth(client).login()
+    page = client.get("/notifications/dead").get_data(as_text=True)
+    row = page[page.index(queue_id):]
+    assert "invalid_message: invalid recipient" in row[:1_500] and "secret body" not in page
