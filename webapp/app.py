@@ -27,6 +27,7 @@ from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
+from webapp import runs as run_history
 from webapp.evidence import install as install_evidence
 from webapp.first_start import bootstrap_admin, secret_key
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
@@ -97,7 +98,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_scheduler"] = scheduler
     app.extensions["hai_reach"] = make_reach(app, scheduler)
     bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))
-    for module in (health, auth, overview, tasks, executions, logs, notifications, alerts, nodes, audit, users):
+    for module in (health, auth, overview, tasks, run_history, executions, logs, notifications, alerts, nodes, audit,
+                   users):
         app.register_blueprint(module.bp)
     errors.install(app)
     auth.install(app)
