@@ -19,7 +19,13 @@ from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundE
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.unknown_review import BulkResolvePreview, BulkResolveResult, UnknownReview
-from scheduler_core.statuses import AttemptStatus, ExecutionStatus, LogPersistenceStatus, Resolution
+from scheduler_core.statuses import (
+    FAILURE_STATUSES,
+    AttemptStatus,
+    ExecutionStatus,
+    LogPersistenceStatus,
+    Resolution,
+)
 from scheduler_core.store.journal_queries import (
     BoundedCount,
     Cursor,
@@ -107,6 +113,16 @@ class Overview:
     nodes_alive: int  # not stopped, heartbeat within three heartbeat intervals
 
 
+@dataclass(frozen=True)
+class RecentActivity:
+    """The journal of the last ``hours`` hours (DB clock): counts per status and the newest failures."""
+
+    hours: int
+    since_ms: int  # the window's start (unix ms, DB clock)
+    statuses: dict[str, BoundedCount]  # rows created in the window, per status
+    failures: list[Execution]  # the newest failed / interrupted / unknown rows of the window, newest first
+
+
 class ExecutionOperations:
     """``scheduler.execution``: the operator API over the journal and the logs."""
 
@@ -178,6 +194,17 @@ class ExecutionOperations:
         alive_within = 3 * self._config.heartbeat_interval_ms
         return Overview(journal.status_counts(tuple(ExecutionStatus), cap), journal.log_failure_count(cap),
                         journal.task_count(), journal.nodes_alive(alive_within))
+
+    def recent(self, hours: int = 24, failures: int = 10, cap: int = COUNT_CAP) -> RecentActivity:
+        """What happened in the last ``hours`` hours: bounded counts per status of the rows created
+        in the window, and its ``failures`` newest failures (failed, interrupted, unknown)."""
+        check_int(hours, "hours", 1, 168)
+        check_int(failures, "failures", 0, PAGE_LIMIT)
+        check_int(cap, "cap", 1, 1_000_000)
+        journal = self._journal()
+        since, counts = journal.window_counts(tuple(ExecutionStatus), hours * 3_600_000, cap)
+        newest = journal.newest_of(FAILURE_STATUSES, since, failures) if failures else []
+        return RecentActivity(hours, since, counts, newest)
 
     def hourly(self, hours: int = 24) -> list[HourBucket]:
         """Executions and failures (failed, interrupted, unknown) per hour of the DB clock,

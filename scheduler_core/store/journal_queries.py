@@ -201,6 +201,33 @@ class JournalQueries:
 
         return read(self.engine, work)
 
+    def window_counts(self, statuses: Sequence[str], window_ms: int, cap: int) -> tuple[int, dict[str, BoundedCount]]:
+        """(the window's start on the DB clock, journal rows per status created since then), each
+        counted up to ``cap`` on the (status, created_at, occurrence_id) index: one range a status."""
+
+        def work(conn: Connection) -> tuple[int, dict[str, BoundedCount]]:
+            since = to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms") - window_ms
+            return since, {s: _bounded(conn, select(executions.c.occurrence_id).where(
+                executions.c.status == s, executions.c.created_at >= since), cap) for s in statuses}
+
+        return read(self.engine, work)
+
+    def newest_of(self, statuses: Sequence[str], since_ms: int, limit: int) -> list[Execution]:
+        """The ``limit`` newest journal rows in any of ``statuses`` created at or after ``since_ms``:
+        one backwards range of the (status, created_at, occurrence_id) index a status (LIMIT each),
+        merged here, so the cost does not grow with the journal."""
+
+        def work(conn: Connection) -> list[Execution]:
+            found: list[Execution] = []
+            for status in statuses:
+                query = (select(executions).where(executions.c.status == status, executions.c.created_at >= since_ms)
+                         .order_by(executions.c.created_at.desc(), executions.c.occurrence_id.desc()).limit(limit))
+                found.extend(execution_from_row(row) for row in conn.execute(query))
+            found.sort(key=lambda e: (e.created_at, e.occurrence_id), reverse=True)
+            return found[:limit]
+
+        return read(self.engine, work)
+
     def log_failure_count(self, cap: int) -> BoundedCount:
         """Journal rows whose log projection is pending, up to ``cap`` (the log_persistence index)."""
         query = select(executions.c.occurrence_id).where(executions.c.log_persistence == "pending")

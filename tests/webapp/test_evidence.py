@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
+from scheduler_core.db.tables import executions
 from scheduler_core.model import Attempt
 from scheduler_core.reach import Reach
 from scheduler_core.store import ClaimRequest, ExecutionRepository
@@ -22,7 +23,7 @@ from scheduler_core.store.executions import FinishRequest
 from scheduler_core.store.reach_queue import QueueRepository
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.http_server import RecordingServer
-from tests.helpers.journal import slot_holder
+from tests.helpers.journal import db_now, execution_row, insert_rows, slot_holder
 from tests.webapp.conftest import CONSOLE_REACH, Auth, csrf_token
 from webapp.evidence import EXCERPT_CHARS, exit_evidence
 from webapp.node import accounts_of, audit_of, scheduler_of
@@ -211,3 +212,22 @@ def test_a_dead_letter_shows_its_real_cause(db_app: Flask) -> None:
     page = client.get("/notifications/dead").get_data(as_text=True)
     row = page[page.index(queue_id):]
     assert "invalid_message: invalid recipient" in row[:1_500] and "secret body" not in page
+
+
+def test_the_overview_says_its_windows_and_lists_recent_failures(db_app: Flask) -> None:
+    engine = db_app.extensions["hai_engine"]
+    now = db_now(engine)
+    old = [execution_row(f"old-{i}", now - 30 * 3_600_000 + i, "failed", "nightly") for i in range(3)]
+    recent = [execution_row(f"new-{i}", now - 600_000 + i, status, "nightly")
+              for i, status in enumerate(("failed", "success", "unknown", "interrupted"))]
+    insert_rows(engine, executions, old + recent)
+    client = db_app.test_client()
+    Auth(client).login()
+    page = client.get("/").get_data(as_text=True)
+    assert "Executions by status, last 24 h" in page and "Recent failures, last 24 h" in page
+    failed = re.search(r'href="/executions/\?status=failed">.*?<p class="figure">([^<]*)</p>'
+                       r'<p class="muted small window">([^<]*)</p>', page, re.S)
+    assert failed and failed.groups() == ("1", "last 24 h (4 all time)")  # the window, and all time beside it
+    assert re.search(r'Unknown executions</h2>\s*<p class="figure">1</p><p class="muted small window">open now', page)
+    listed = re.findall(r'href="/executions/view/([^"]+)"><code>', page[page.index("Recent failures"):])
+    assert listed == ["new-3", "new-2", "new-0"]  # newest first, failures only, the window only
