@@ -12,7 +12,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
-from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError
+from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError, TaskNotFoundError
 from scheduler_core.runtime.unknown_review import BulkResolvePreview
 from scheduler_core.statuses import ExecutionStatus
 from webapp.audit import record_action
@@ -77,7 +77,12 @@ def detail(occurrence_id: str) -> ResponseReturnValue:
         execution = scheduler.execution.get(occurrence_id)
     except (ExecutionNotFoundError, ConfigError):
         abort(404, description=f"No execution {occurrence_id!r} in the journal.")
-    holder = scheduler.task_ops.state(execution.task_id).blocked_by if execution.status == "unknown" else None
+    holder = None
+    if execution.status == "unknown":
+        try:
+            holder = scheduler.task_ops.state(execution.task_id).blocked_by
+        except TaskNotFoundError:  # the task was deleted since: its slot went with it
+            holder = None
     return render_template("executions/detail.html", e=execution, holds_slot=holder == execution.occurrence_id)
 
 
