@@ -96,14 +96,16 @@ def _unknown_page(errors: dict[str, dict[str, str]] | None = None) -> str:
     try:
         rows = scheduler_of(current_app).execution.unknown(filters["task"], filters["cause"], UNKNOWN_SHOWN)
     except ConfigError as exc:
-        rows, errors = [], {**(errors or {}), "filter": {exc.field: exc.message}}
+        rows, errors = [], {**(errors or {}), "filter": _field_error(exc)}
+        g.review_filter_refused = True
     query = {key: value for key, value in filters.items() if value}
     return render_template("executions/unknown.html", rows=rows, errors=errors or {}, filters=filters, query=query)
 
 
 @bp.get("/unknown")
 def unknown() -> ResponseReturnValue:
-    return _unknown_page()
+    page = _unknown_page()
+    return page, 400 if g.get("review_filter_refused") else 200
 
 
 @bp.get("/unknown/bulk")

@@ -231,3 +231,12 @@ def test_the_overview_says_its_windows_and_lists_recent_failures(db_app: Flask) 
     assert re.search(r'Unknown executions</h2>\s*<p class="figure">1</p><p class="muted small window">open now', page)
     listed = re.findall(r'href="/executions/view/([^"]+)"><code>', page[page.index("Recent failures"):])
     assert listed == ["new-3", "new-2", "new-0"]  # newest first, failures only, the window only
+
+
+def test_a_bad_review_filter_names_its_field(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    auth.login()
+    for query, field in (("task=a%00b", "task"), ("cause=" + "x" * 65, "cause")):
+        answer = client.get(f"/executions/unknown?{query}")
+        assert answer.status_code == 400 and f"{field}: " in answer.get_data(as_text=True), query
+        preview = client.get(f"/executions/unknown/bulk?{query}")
+        assert preview.status_code == 400 and f"{field}: " in preview.get_data(as_text=True), query
