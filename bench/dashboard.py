@@ -48,6 +48,7 @@ PAGES = [
     "/logs/", "/logs/?task={task}", "/logs/?status=failed", "/logs/failures",
     "/notifications/", "/notifications/dead", "/notifications/unknown",
     "/nodes/", "/audit/",
+    "/runs/", "/runs/?q=status:failed", "/runs/?after=dash-05000",  # the run-history grid: 50 tasks x 20 runs
 ]
 COLUMNS = [("page", "page"), ("status", "HTTP"), ("median_ms", "median ms"), ("p95_ms", "p95 ms"),
            ("max_ms", "max ms"), ("kib", "KiB"), ("note", "note")]

@@ -65,3 +65,30 @@ def mask_values(value: Any) -> Any:
 def masked_handler(handler: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A handler config fit for display: secret headers, URL passwords and secret-named fields masked."""
     return None if handler is None else dict(mask_values(handler))
+
+
+# --- free text (an error message, a log line) ---------------------------------------------
+
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*):[^/\s@]*@")
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>[\"']?\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)")
+_NOT_A_NAME = re.compile(r"(Error|Exception|Warning)$")
+_BEARER = re.compile(r"\b(?P<kind>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
+
+
+def mask_text(text: str | None) -> str | None:
+    """Free text (an error message) with URL passwords, credentials and secret assignments masked."""
+    if text is None:
+        return None
+    masked = _URL.sub(lambda m: mask_url(m.group(0)), text)  # passwords, secret query values, token paths
+    masked = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", masked)  # unparsable URLs too
+    masked = _BEARER.sub(lambda m: f"{m['kind']} {MASK}", masked)
+    return _SECRET_ASSIGNMENT.sub(_masked_assignment, masked)
+
+
+def _masked_assignment(match: re.Match[str]) -> str:
+    name = match["name"]
+    if not is_secret_name(name) or _NOT_A_NAME.search(name):  # "KeyError: 'x'" names no secret
+        return match.group(0)
+    return f"{name}{match['sep']}{MASK}"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -173,8 +174,24 @@ class TaskDefinition:
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name not in stored)
 
 
-def validate_task(task: TaskDefinition, handler_validator: Any = None) -> TaskDefinition:
-    """Return the task normalised, or raise ConfigError / InvalidCronError naming the field."""
+PARAMS_MAX_BYTES = 64 * 1024  # a task's params as compact UTF-8 JSON: stored in every journal read of the task
+
+
+def check_params(value: Any, capped: bool = True) -> dict[str, Any] | None:
+    """A task's params: None or a JSON object of at most PARAMS_MAX_BYTES serialized (ConfigError "params").
+    ``capped=False`` reads a stored task: one saved before the cap existed still runs."""
+    params = check_json_object(value, "params")
+    if params is not None and capped:
+        size = len(json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode())
+        if size > PARAMS_MAX_BYTES:
+            raise ConfigError("params", f"must be at most {PARAMS_MAX_BYTES:,} bytes as JSON (got {size:,} bytes); "
+                                        "keep large data elsewhere and pass a reference")
+    return params
+
+
+def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored: bool = False) -> TaskDefinition:
+    """Return the task normalised, or raise ConfigError / InvalidCronError naming the field.
+    ``stored``: the task is read back from the database (the size cap on params is for writes)."""
     check_id(task.id, "id")
     check_text(task.name, "name", NAME_MAX, single_line=True)
     description = check_optional_text(task.description, "description", DESCRIPTION_MAX)
@@ -186,7 +203,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None) -> TaskDe
     catchup = CatchupPolicy.parse(task.catchup)
     if task.node_group is not None:
         check_group(task.node_group, "node_group")
-    params = check_json_object(task.params, "params")
+    params = check_params(task.params, capped=not stored)
     handler = task.handler
     if handler is not None:
         if not isinstance(handler, Mapping):

@@ -6,7 +6,8 @@
  *   (a) CSRF token on every htmx request (header X-CSRFToken, read by Flask-WTF);
  *   (b) reload the page when the token has expired (never leave a dead button);
  *       other htmx errors are shown as a flash message instead of nothing;
- *   (c) <time datetime="...UTC..."> shown in the viewer's local time;
+ *   (c) <time datetime="...UTC..."> shown in the viewer's zone, zone named, UTC on hover
+ *       (the server writes them all through webapp/timefmt.py: UTC, named);
  *   (d) confirmation for elements carrying data-confirm="message".
  * The pages work without this file: plain forms carry a hidden csrf_token and
  * <time> elements already show the UTC value rendered by the server.
@@ -97,6 +98,25 @@
     return isNaN(date.getTime()) ? null : date;
   }
 
+  // "2026-12-01 08:03:54 CET": the viewer's zone, named (en-GB names it "CET", "BST", "GMT+9").
+  function two(n) { return (n < 10 ? "0" : "") + n; }
+
+  function zoneName(date) {
+    try {
+      var parts = new Intl.DateTimeFormat("en-GB", { timeZoneName: "short" }).formatToParts(date);
+      for (var i = 0; i < parts.length; i++) if (parts[i].type === "timeZoneName") return parts[i].value;
+    } catch (e) { /* no Intl: the offset below */ }
+    var offset = -date.getTimezoneOffset();
+    return "UTC" + (offset < 0 ? "-" : "+") + two(Math.floor(Math.abs(offset) / 60)) + ":" + two(Math.abs(offset) % 60);
+  }
+
+  function localText(date) {
+    return date.getFullYear() + "-" + two(date.getMonth() + 1) + "-" + two(date.getDate()) + " " +
+      two(date.getHours()) + ":" + two(date.getMinutes()) + ":" + two(date.getSeconds()) + " " + zoneName(date);
+  }
+
+  function utcText(date) { return date.toISOString().slice(0, 19).replace("T", " ") + " UTC"; }
+
   function localizeTimes(root) {
     var scope = root && root.querySelectorAll ? root : document;
     var nodes = scope.querySelectorAll("time[datetime]");
@@ -106,8 +126,14 @@
       var date = parseUtc(el.getAttribute("datetime"));
       if (!date) return;
       // Idempotent: always derived from the datetime attribute, never from the text.
-      el.textContent = date.toLocaleString();
-      el.title = date.toISOString().slice(0, 19).replace("T", " ") + " UTC"; // 2025-01-31 23:05:00 UTC
+      // A relative time ("3 s ago", counted on the DB clock by the server) keeps its words;
+      // its hover names both the viewer's time and UTC.
+      if (el.hasAttribute("data-relative")) {
+        el.title = localText(date) + " (" + utcText(date) + ")";
+        return;
+      }
+      el.textContent = localText(date);
+      el.title = utcText(date); // 2025-01-31 23:05:00 UTC
     });
   }
 

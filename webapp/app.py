@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,13 @@ from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
 from webapp.api import bp as api_blueprint
+from webapp import runs as run_history
+from webapp.evidence import install as install_evidence
 from webapp.first_start import bootstrap_admin, secret_key
 from webapp.metrics import install as install_metrics
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
 from webapp.user_tokens import bp as user_tokens_blueprint
+from webapp.timefmt import install as install_time_filters
 
 db = SQLAlchemy()
 csrf = CSRFProtect()
@@ -102,7 +104,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_scheduler"] = scheduler
     app.extensions["hai_reach"] = make_reach(app, scheduler)
     bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))
-    for module in (health, auth, overview, tasks, executions, logs, notifications, alerts, nodes, audit, users):
+    for module in (health, auth, overview, tasks, run_history, executions, logs, notifications, alerts, nodes, audit,
+                   users):
         app.register_blueprint(module.bp)
     app.register_blueprint(user_tokens_blueprint)
     app.register_blueprint(api_blueprint)
@@ -110,13 +113,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     errors.install(app)
     auth.install(app)
     install_metrics(app)  # /metrics: no login, its own token or address allow-list
-    app.add_template_filter(_iso, "iso")
+    install_time_filters(app)
+    install_evidence(app)
     return app
-
-
-def _iso(ms: int | None) -> str:
-    """Unix ms as an ISO-8601 UTC timestamp (the browser shows it in the viewer's zone)."""
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 

@@ -1,20 +1,23 @@
-"""Executions: the journal with filters, and the unknown review queue.
+"""Executions: the journal with filters, one execution with its evidence, and the unknown
+review queue (one at a time, or a filtered set in bulk after a preview count).
 
 Resolving an unknown execution is an operator's decision: it needs a reason, carries the
 row's ``updated_at`` from the page it was made on (a stale page gets a conflict message,
-never an overwrite), and lands in the audit trail.
+never an overwrite), and lands in the audit trail. A bulk resolution settles exactly the
+previewed set, each row by its own compare-and-set (scheduler_core/runtime/unknown_review.py).
 """
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
-from scheduler_core.errors import ConfigError, ConflictError
+from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError, TaskNotFoundError
+from scheduler_core.runtime.unknown_review import BulkResolvePreview
 from scheduler_core.statuses import ExecutionStatus
 from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.forms import posted_version, review_errors
+from webapp.forms import posted_version, review_errors, whole_number
 from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import scheduler_of
 
@@ -66,14 +69,111 @@ def running() -> ResponseReturnValue:
     return render_template(page_or_fragment("executions/running.html", "executions/_running.html"), running=rows)
 
 
+@bp.get("/view/<occurrence_id>")
+def detail(occurrence_id: str) -> ResponseReturnValue:
+    """One execution: what it was, and the evidence of every attempt."""
+    scheduler = scheduler_of(current_app)
+    try:
+        execution = scheduler.execution.get(occurrence_id)
+    except (ExecutionNotFoundError, ConfigError):
+        abort(404, description=f"No execution {occurrence_id!r} in the journal.")
+    holder = None
+    if execution.status == "unknown":
+        try:
+            holder = scheduler.task_ops.state(execution.task_id).blocked_by
+        except TaskNotFoundError:  # the task was deleted since: its slot went with it
+            holder = None
+    return render_template("executions/detail.html", e=execution, holds_slot=holder == execution.occurrence_id)
+
+
+def _review_filters() -> dict[str, str | None]:
+    return {"task": (request.values.get("task") or "").strip() or None,
+            "cause": (request.values.get("cause") or "").strip() or None}
+
+
 def _unknown_page(errors: dict[str, dict[str, str]] | None = None) -> str:
-    rows = scheduler_of(current_app).execution.list_unknown(UNKNOWN_SHOWN, 0)
-    return render_template("executions/unknown.html", rows=rows, errors=errors or {})
+    filters = _review_filters()
+    try:
+        rows = scheduler_of(current_app).execution.unknown(filters["task"], filters["cause"], UNKNOWN_SHOWN)
+    except ConfigError as exc:
+        rows, errors = [], {**(errors or {}), "filter": _field_error(exc)}
+        g.review_filter_refused = True
+    query = {key: value for key, value in filters.items() if value}
+    return render_template("executions/unknown.html", rows=rows, errors=errors or {}, filters=filters, query=query)
 
 
 @bp.get("/unknown")
 def unknown() -> ResponseReturnValue:
-    return _unknown_page()
+    page = _unknown_page()
+    return page, 400 if g.get("review_filter_refused") else 200
+
+
+@bp.get("/unknown/bulk")
+def bulk_preview() -> ResponseReturnValue:
+    """How many unknown executions of the filter a bulk resolution would settle, and the form to do it."""
+    filters = _review_filters()
+    try:
+        preview = scheduler_of(current_app).execution.preview_bulk_resolve(filters["task"], filters["cause"])
+    except ConfigError as exc:
+        return _bulk_page(BulkResolvePreview(None, None, 0, None, 0), _field_error(exc), filters), 400
+    return _bulk_page(preview, {}, filters)
+
+
+def _bulk_page(preview: BulkResolvePreview, errors: dict[str, str], filters: dict[str, str | None]) -> str:
+    query = {key: value for key, value in filters.items() if value}
+    return render_template("executions/bulk.html", preview=preview, errors=errors, filters=filters, query=query)
+
+
+def _field_error(exc: ConfigError) -> dict[str, str]:
+    return {exc.field: exc.message.removeprefix(f"{exc.field}: ")}
+
+
+def _posted_bulk() -> BulkResolvePreview:
+    """The preview as the confirmation form carries it (validated again by the core)."""
+    numbers = {}
+    for name in ("bound_at", "count"):
+        value = whole_number(request.form.get(name, ""))
+        if value is None:
+            raise ConfigError(name, "must be a whole number; go back to the preview and try again")
+        numbers[name] = value
+    filters = _review_filters()
+    return BulkResolvePreview(filters["task"], filters["cause"], numbers["bound_at"],
+                              request.form.get("bound_id") or None, numbers["count"])
+
+
+@bp.post("/unknown/bulk")
+@require_role("operator")
+def bulk_resolve() -> ResponseReturnValue:
+    filters = _review_filters()
+    status = request.form.get("status", "")
+    reason = request.form.get("reason", "").strip()
+    errors = {}
+    if status not in RESOLUTIONS:
+        errors["status"] = f"Choose {' or '.join(RESOLUTIONS)}."
+    if not reason:
+        errors["reason"] = "A reason is required: say what you checked."
+    try:
+        preview = _posted_bulk()
+    except ConfigError as exc:
+        errors.update(_field_error(exc))
+        preview = BulkResolvePreview(filters["task"], filters["cause"], 0, None, 0)
+    if errors:
+        return _bulk_page(preview, errors, filters), 400
+    try:
+        result = scheduler_of(current_app).execution.bulk_resolve(preview, status, g.user.name, reason)
+    except ConfigError as exc:
+        return _bulk_page(preview, _field_error(exc), filters), 400
+    record_action("execution.bulk_resolve_unknown", "unknown executions",
+                  before={"filter": {"task": preview.task_id, "cause": preview.reason}, "status": "unknown",
+                          "bound_at": preview.bound_at, "bound_id": preview.bound_id, "previewed": preview.count},
+                  after={"status": status, "resolved": result.resolved, "changed": result.changed,
+                         "occurrences": list(result.resolved_ids[:100])}, reason=reason)
+    message = f"Resolved {result.resolved} of the {result.previewed} previewed unknown executions as {status}."
+    if result.changed:
+        message += (f" {result.changed} had changed since the preview (resolved by someone else) and were left"
+                    " as they are.")
+    flash(message, "success" if not result.changed else "warning")
+    return redirect(url_for("executions.unknown", **{k: v for k, v in filters.items() if v})), 303
 
 
 @bp.post("/<occurrence_id>/resolve")

@@ -4,7 +4,6 @@ zone), one attempt's output with secrets masked, and log failures with repair / 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -14,7 +13,7 @@ from flask import Blueprint, abort, current_app, flash, redirect, render_templat
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ExecutionNotFoundError, LogPersistFailedError
-from scheduler_core.masking import MASK, is_secret_name, mask_url, mask_values
+from scheduler_core.masking import mask_text, mask_values
 from scheduler_core.statuses import AttemptStatus
 from webapp.audit import record_action
 from webapp.auth import require_role
@@ -27,12 +26,6 @@ FAILURES_SHOWN = 100
 REPAIR_ALL_ROUNDS = 100  # up to 10,000 repairs per click; the page says how many remain
 MAX_FILTER = 128
 FILTER_FIELDS = ("task", "status", "source", "since", "until", "tz")
-_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*):[^/\s@]*@")
-_SECRET_ASSIGNMENT = re.compile(
-    r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>[\"']?\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)")
-_NOT_A_NAME = re.compile(r"(Error|Exception|Warning)$")
-_BEARER = re.compile(r"\b(?P<kind>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
 
 
 # --- filters ----------------------------------------------------------------------------
@@ -108,23 +101,6 @@ def _link_args(query: LogQuery) -> dict[str, str]:
 
 
 # --- masking ----------------------------------------------------------------------------
-
-
-def mask_text(text: str | None) -> str | None:
-    """Free text (an error message) with URL passwords, credentials and secret assignments masked."""
-    if text is None:
-        return None
-    masked = _URL.sub(lambda m: mask_url(m.group(0)), text)  # passwords, secret query values, token paths
-    masked = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", masked)  # unparsable URLs too
-    masked = _BEARER.sub(lambda m: f"{m['kind']} {MASK}", masked)
-    return _SECRET_ASSIGNMENT.sub(_masked_assignment, masked)
-
-
-def _masked_assignment(match: re.Match[str]) -> str:
-    name = match["name"]
-    if not is_secret_name(name) or _NOT_A_NAME.search(name):  # "KeyError: 'x'" names no secret
-        return match.group(0)
-    return f"{name}{match['sep']}{MASK}"
 
 
 def shown_result(result: Any) -> str | None:

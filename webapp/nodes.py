@@ -19,4 +19,5 @@ def index() -> ResponseReturnValue:
     for execution in scheduler.execution.leases():
         leases[execution.owner_node or "?"].append(execution)
     return render_template("nodes/index.html", nodes=scheduler.nodes(), leases=leases,
-                           cluster=reach_of(current_app).alerts.watch_idle())
+                           cluster=reach_of(current_app).alerts.watch_idle(),
+                           now_ms=scheduler.execution.now_ms())

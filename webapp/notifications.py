@@ -116,7 +116,8 @@ def _entry_audit(entry: Any, expected: int | None) -> dict[str, Any]:
     if entry is None:
         return {"updated_at": expected}
     return {"status": entry.status, "provider": entry.provider, "template": entry.template,
-            "last_failure": entry.last_failure, "attempt_count": entry.attempt_count, "updated_at": expected}
+            "last_failure": entry.last_failure, "last_error": entry.last_error, "attempt_count": entry.attempt_count,
+            "updated_at": expected}
 
 
 @bp.get("/dead/bulk")

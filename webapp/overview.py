@@ -1,8 +1,10 @@
 """The overview page: what needs an operator's attention, at a glance.
 
-Every figure is a link to the page that shows its rows. Counts are bounded (``10,000+``) so the
-page costs the same with a million journal rows; the counters refresh every 5 s and the chart
-every minute through fragments.
+Every figure is a link to the page that shows its rows and says its window: open items now
+(unknown executions, dead letters, pending log writes), or the last 24 hours (executions by
+status, alerts, the newest failures, each a link to its execution). Counts are bounded
+(``10,000+``) so the page costs the same with a million journal rows; the counters refresh every
+5 s and the chart every minute through fragments.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from webapp.node import reach_of, scheduler_of
 
 bp = Blueprint("overview", __name__)
 CHART_HOURS = 24
+WINDOW_HOURS = 24  # the window of the status counters, the alerts and the failure list
+RECENT_FAILURES = 10
 # The chart's drawing area, in SVG user units (the CSS scales the whole picture).
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_BOTTOM, CHART_LEFT = 720, 160, 14, 18, 34
 
@@ -61,8 +65,10 @@ def _counters() -> dict[str, Any]:
     overview = scheduler.execution.overview()
     reach = reach_of(current_app)
     queue = reach.queue.counts(cap=COUNT_CAP)
-    alerts = reach.alerts.counts(24)
+    alerts = reach.alerts.counts(WINDOW_HOURS)
     return {
+        "recent": scheduler.execution.recent(WINDOW_HOURS, RECENT_FAILURES), "window_hours": WINDOW_HOURS,
+        "alive_within_s": 3 * scheduler.config.heartbeat_interval_ms // 1000,
         "overview": overview, "statuses": tuple(ExecutionStatus), "dead": queue.get("dead", 0),
         "cluster": reach.alerts.watch_idle(),
         "unknown_deliveries": queue.get("unknown", 0), "count_cap": COUNT_CAP,

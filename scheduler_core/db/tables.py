@@ -226,7 +226,8 @@ reach_queue = Table(
     Column("locked_by", String(ID_LENGTH), nullable=True),
     Column("lock_token", String(64), nullable=True),
     _ms("locked_until", nullable=True),
-    Column("last_failure", String(32), nullable=True),
+    Column("last_failure", String(32), nullable=True),  # the failure class (attempts_exhausted when used up)
+    Column("last_error", Text, nullable=True),  # what went wrong last: class and a short masked message (0012)
     Column("message_id", String(255), nullable=True),
     Column("resolved_by", String(ID_LENGTH), nullable=True),
     _ms("created_at"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from scheduler_core.errors import ReachConfigError, ReachError
+from scheduler_core.masking import mask_text
 from scheduler_core.reach.base import Delivery, FailureClass, Provider, RenderedMessage
 from scheduler_core.reach.config import DndConfig, backoff_ms
 from scheduler_core.reach.dnd import in_window, window_end_ms
@@ -36,30 +37,45 @@ _COUNTER = {"sent": "sent", "pending": "retried", "dead": "dead", "unknown": "un
 SEND_TIMEOUT_MS = 30_000
 
 
+LAST_ERROR_MAX = 300
+LEASE_LOST = "the node delivering it stopped before it recorded the outcome (its lease ran out)"
+
+
 @dataclass(frozen=True)
 class Verdict:
     status: str  # sent | dead | unknown | pending
-    last_failure: str | None = None
+    last_failure: str | None = None  # the class the queue acts and filters on
     retry_in_ms: int | None = None
+    last_error: str | None = None  # what went wrong: "<real class>: <short masked message>"
+
+
+def last_error(failure: str, error: str | None) -> str:
+    """The real last failure, fit for display: its class and the provider's short message with
+    URL passwords, credentials and secret assignments masked, at most LAST_ERROR_MAX characters.
+    A letter whose attempts ran out keeps the class of its last attempt here."""
+    text = f"{failure}: {mask_text(error.strip())}" if error and error.strip() else failure
+    return text if len(text) <= LAST_ERROR_MAX else text[: LAST_ERROR_MAX - 1] + "…"
 
 
 def decide(delivery: Delivery, idempotent: bool, entry: QueueEntry) -> Verdict:
     if delivery.sent:
         return Verdict("sent")
     failure = delivery.failure_class or "transient_failure"
+    error = last_error(failure, delivery.error)
     if failure == "invalid_message":
-        return Verdict("dead", failure)
+        return Verdict("dead", failure, last_error=error)
     if delivery.started and not idempotent:
-        return Verdict("unknown", failure)
+        return Verdict("unknown", failure, last_error=error)
     if failure == "permanent_rejection":
-        return Verdict("dead", failure)
-    return _retry_or_dead(entry, failure)
+        return Verdict("dead", failure, last_error=error)
+    return _retry_or_dead(entry, failure, error)
 
 
-def _retry_or_dead(entry: QueueEntry, failure: str) -> Verdict:
+def _retry_or_dead(entry: QueueEntry, failure: str, error: str) -> Verdict:
     if entry.attempt_count >= entry.max_attempts:
-        return Verdict("dead", "attempts_exhausted")
-    return Verdict("pending", failure, backoff_ms(entry.retry_delay_ms, entry.max_retry_delay_ms, entry.attempt_count))
+        return Verdict("dead", "attempts_exhausted", last_error=error)
+    return Verdict("pending", failure, backoff_ms(entry.retry_delay_ms, entry.max_retry_delay_ms, entry.attempt_count),
+                   error)
 
 
 @dataclass(frozen=True)
@@ -121,16 +137,18 @@ class DeliveryRounds:
         entry = message.entry
         provider = self.providers().get(entry.provider)
         if provider is None:
-            verdict = _retry_or_dead(entry, "provider_unavailable")
+            verdict = _retry_or_dead(entry, "provider_unavailable",
+                                     last_error("provider_unavailable", f"no provider named {entry.provider!r}"))
             applied = self.repo.settle(entry.queue_id, token, verdict.status, last_failure=verdict.last_failure,
-                                       retry_in_ms=verdict.retry_in_ms)
+                                       retry_in_ms=verdict.retry_in_ms, last_error=verdict.last_error)
             return verdict.status if applied else "lost"
         if not self.repo.mark_sending(entry.queue_id, token):
             return "lost"
         delivery = self._send_keeping_lease(provider, message, token)
         verdict = decide(delivery, provider.idempotent, entry)
         applied = self.repo.settle(entry.queue_id, token, verdict.status, message_id=delivery.message_id,
-                                   last_failure=verdict.last_failure, retry_in_ms=verdict.retry_in_ms)
+                                   last_failure=verdict.last_failure, retry_in_ms=verdict.retry_in_ms,
+                                   last_error=verdict.last_error)
         if not applied:
             logger.warning("queue %s: lease lost while sending; the recovery of another node settles it",
                            entry.queue_id)
@@ -168,11 +186,13 @@ class DeliveryRounds:
         for message in self.repo.expired():
             provider = self.providers().get(message.entry.provider)
             idempotent = provider is not None and provider.idempotent
+            error = last_error("transient_failure", LEASE_LOST)
             if message.entry.status == "sending" and not idempotent:
-                verdict = Verdict("unknown", "transient_failure")
+                verdict = Verdict("unknown", "transient_failure", last_error=error)
             else:
-                verdict = _retry_or_dead(message.entry, "transient_failure")
-            settled += self.repo.recover(message, verdict.status, verdict.last_failure, verdict.retry_in_ms)
+                verdict = _retry_or_dead(message.entry, "transient_failure", error)
+            settled += self.repo.recover(message, verdict.status, verdict.last_failure, verdict.retry_in_ms,
+                                         verdict.last_error)
         return settled
 
 

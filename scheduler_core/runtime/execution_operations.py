@@ -18,7 +18,14 @@ from scheduler_core.config import SchedulerConfig
 from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError, LogPersistFailedError
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.runtime.context import RuntimeContext
-from scheduler_core.statuses import AttemptStatus, ExecutionStatus, LogPersistenceStatus, Resolution
+from scheduler_core.runtime.unknown_review import BulkResolvePreview, BulkResolveResult, UnknownReview
+from scheduler_core.statuses import (
+    FAILURE_STATUSES,
+    AttemptStatus,
+    ExecutionStatus,
+    LogPersistenceStatus,
+    Resolution,
+)
 from scheduler_core.store.journal_queries import (
     BoundedCount,
     Cursor,
@@ -27,6 +34,7 @@ from scheduler_core.store.journal_queries import (
     KeysetPage,
 )
 from scheduler_core.store.logs import LogFilter
+from scheduler_core.store.unknown_review import UnknownReviewQueries
 from scheduler_core.validation import (
     ID_MAX,
     PAGE_LIMIT,
@@ -105,6 +113,16 @@ class Overview:
     nodes_alive: int  # not stopped, heartbeat within three heartbeat intervals
 
 
+@dataclass(frozen=True)
+class RecentActivity:
+    """The journal of the last ``hours`` hours (DB clock): counts per status and the newest failures."""
+
+    hours: int
+    since_ms: int  # the window's start (unix ms, DB clock)
+    statuses: dict[str, BoundedCount]  # rows created in the window, per status
+    failures: list[Execution]  # the newest failed / interrupted / unknown rows of the window, newest first
+
+
 class ExecutionOperations:
     """``scheduler.execution``: the operator API over the journal and the logs."""
 
@@ -112,6 +130,12 @@ class ExecutionOperations:
         self._context = context  # the node's context; raises NOT_INITIALIZED before init()
         self._queries = JournalQueries(engine)
         self._config = config
+        self._unknown_queries = UnknownReviewQueries(engine)
+        self._review = UnknownReview(self._unknown_review_queries, lambda: self._context().executions, self.now_ms)
+
+    def _unknown_review_queries(self) -> UnknownReviewQueries:
+        self._context()  # NOT_INITIALIZED before init(), like every operator call
+        return self._unknown_queries
 
     def _journal(self) -> JournalQueries:
         self._context()  # NOT_INITIALIZED before init(), like every operator call
@@ -154,6 +178,10 @@ class ExecutionOperations:
         check_id(log_id, "log_id")
         return self._journal().log(log_id)
 
+    def now_ms(self) -> int:
+        """The database clock now (unix ms): what a page's relative times ("3 s ago") count from."""
+        return self._journal().now_ms()
+
     def log_failure_count(self, cap: int = COUNT_CAP) -> BoundedCount:
         """Journal rows whose log projection is pending, counted up to ``cap``."""
         check_int(cap, "cap", 1, 1_000_000)
@@ -166,6 +194,17 @@ class ExecutionOperations:
         alive_within = 3 * self._config.heartbeat_interval_ms
         return Overview(journal.status_counts(tuple(ExecutionStatus), cap), journal.log_failure_count(cap),
                         journal.task_count(), journal.nodes_alive(alive_within))
+
+    def recent(self, hours: int = 24, failures: int = 10, cap: int = COUNT_CAP) -> RecentActivity:
+        """What happened in the last ``hours`` hours: bounded counts per status of the rows created
+        in the window, and its ``failures`` newest failures (failed, interrupted, unknown)."""
+        check_int(hours, "hours", 1, 168)
+        check_int(failures, "failures", 0, PAGE_LIMIT)
+        check_int(cap, "cap", 1, 1_000_000)
+        journal = self._journal()
+        since, counts = journal.window_counts(tuple(ExecutionStatus), hours * 3_600_000, cap)
+        newest = journal.newest_of(FAILURE_STATUSES, since, failures) if failures else []
+        return RecentActivity(hours, since, counts, newest)
 
     def hourly(self, hours: int = 24) -> list[HourBucket]:
         """Executions and failures (failed, interrupted, unknown) per hour of the DB clock,
@@ -184,6 +223,19 @@ class ExecutionOperations:
     def list_unknown(self, limit: int = 50, offset: int = 0) -> list[Execution]:
         check_page(limit, offset)
         return self._context().executions.list_by_status("unknown", limit, offset)
+
+    def unknown(self, task_id: str | None = None, reason: str | None = None, limit: int = 100) -> list[Execution]:
+        """Unknown executions (optionally of one task, one reason), the longest-waiting first."""
+        return self._review.unknown(task_id, reason, limit)
+
+    def preview_bulk_resolve(self, task_id: str | None = None, reason: str | None = None) -> BulkResolvePreview:
+        """Capture and count the unknown executions a bulk resolution of this filter would settle."""
+        return self._review.preview_bulk_resolve(task_id, reason)
+
+    def bulk_resolve(self, preview: BulkResolvePreview, status: str, resolved_by: str | None,
+                     reason: str) -> BulkResolveResult:
+        """Resolve exactly the previewed set (scheduler_core/runtime/unknown_review.py)."""
+        return self._review.bulk_resolve(preview, status, resolved_by, reason)
 
     def resolve_unknown(self, occurrence_id: str, status: str, expected_updated_at: int,
                         resolved_by: str | None = None, reason: str | None = None) -> Execution:

@@ -23,6 +23,7 @@ from scheduler_core.model import Execution, Pause, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import REASON_MAX, check_cursor
 from scheduler_core.statuses import ExecutionStatus
+from scheduler_core.store.journal_queries import JournalQueries, RunCell
 from scheduler_core.store.task_queries import NEVER_RUN, StoredTask, TaskFilter, TaskQueries
 from scheduler_core.validation import (
     ID_MAX,
@@ -62,6 +63,7 @@ class TaskRow:
     last: Execution | None  # the newest journal row, None if it never ran
     next_run_ms: int | None  # the next fire minute (DB clock), None when disabled or unreadable
     state: TaskStateName | None = None  # ok / paused / disabled / blocked; None when unreadable
+    blocked_by: Execution | None = None  # the execution holding the slot, when it blocks the task
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,25 @@ class TaskPage:
     next_after: str | None  # cursor of the following page
     prev_before: str | None  # cursor of the preceding page
     now_ms: int  # the DB clock the next run times were computed from
+
+
+@dataclass(frozen=True)
+class GridRow:
+    """One task of the run-history grid."""
+
+    id: str
+    task: TaskDefinition | None  # None: the stored definition is unreadable (see problem)
+    problem: str | None
+    runs: list[RunCell]  # its newest occurrences, oldest first (newest right)
+
+
+@dataclass(frozen=True)
+class RunGrid:
+    rows: list[GridRow]
+    search: TaskFilter
+    runs: int  # the most occurrences a row shows
+    next_after: str | None  # cursor of the following page of tasks
+    prev_before: str | None  # cursor of the preceding page
 
 
 @dataclass(frozen=True)
@@ -178,24 +199,41 @@ class TaskOperations:
         Four statements whatever the page: the DB clock, the page of tasks, the last journal
         row and the slot holder of exactly those tasks.
         """
+        search, page, next_after, prev_before = self._task_page(query, limit, after, before)
+        queries = self._queries()
+        now = self.now_ms()
+        ids = [stored.id for stored in page]
+        last, holders = queries.last_executions(ids), queries.slot_holders(ids)
+        rows = [self._row(stored, last.get(stored.id), holders.get(stored.id), now) for stored in page]
+        return TaskPage(rows, search, next_after, prev_before, now)
+
+    def _task_page(self, query: str | None, limit: int, after: str | None,
+                   before: str | None) -> tuple[TaskFilter, list[StoredTask], str | None, str | None]:
+        """One keyset page of the tasks matching ``query`` (by id), with its neighbours' cursors."""
         search = parse_search(query)
         if search.kind is not None and self._context().executors.get(search.kind) is None:
             raise ConfigError("q", f"kind: no handler kind {search.kind!r} (e.g. kind:api, kind:hook)")
         check_int(limit, "limit", 1, PAGE_LIMIT)
         check_optional_id(after, "after")
         check_optional_id(before, "before")
-        queries = self._queries()
-        now = self.now_ms()
-        found = queries.search(search, limit + 1, after=None if before else after, before=before)
+        found = self._queries().search(search, limit + 1, after=None if before else after, before=before)
         more = len(found) > limit
         page = (found[1:] if before is not None else found[:limit]) if more else found
-        ids = [stored.id for stored in page]
-        last, holders = queries.last_executions(ids), queries.slot_holders(ids)
-        rows = [self._row(stored, last.get(stored.id), holders.get(stored.id), now) for stored in page]
         forward = before is None
-        next_after = rows[-1].id if rows and (more or not forward) else None
-        prev_before = rows[0].id if rows and ((forward and after is not None) or (not forward and more)) else None
-        return TaskPage(rows, search, next_after, prev_before, now)
+        next_after = page[-1].id if page and (more or not forward) else None
+        prev_before = page[0].id if page and ((forward and after is not None) or (not forward and more)) else None
+        return search, page, next_after, prev_before
+
+    def grid(self, query: str | None = None, limit: int = 50, runs: int = 20, after: str | None = None,
+             before: str | None = None) -> RunGrid:
+        """The run-history grid: a keyset page of the tasks matching ``query`` (the Tasks page's
+        search) and the newest ``runs`` occurrences of each, oldest first. Two statements: the
+        page of tasks, and one windowed read of their runs (``JournalQueries.recent_runs``)."""
+        check_int(runs, "runs", 1, 100)
+        search, page, next_after, prev_before = self._task_page(query, limit, after, before)
+        cells = JournalQueries(self._context().tasks.engine).recent_runs([stored.id for stored in page], runs)
+        rows = [GridRow(stored.id, stored.task, stored.problem, cells.get(stored.id, [])) for stored in page]
+        return RunGrid(rows, search, runs, next_after, prev_before)
 
     @staticmethod
     def _row(stored: StoredTask, last: Execution | None, holder: Execution | None, now: int) -> TaskRow:
@@ -204,7 +242,8 @@ class TaskOperations:
             return TaskRow(stored.id, None, stored.problem, last, None)
         next_run = next_fire_ms(task.cron, task.timezone, now) if task.enabled else None
         blocked = holder is not None and blocks(task, holder, now)
-        return TaskRow(stored.id, task, stored.problem, last, next_run, state_name(task, blocked, now))
+        return TaskRow(stored.id, task, stored.problem, last, next_run, state_name(task, blocked, now),
+                       holder if blocked else None)
 
     def get(self, task_id: str) -> TaskDefinition:
         """The stored definition (not the snapshot: an edit form must carry the current version)."""

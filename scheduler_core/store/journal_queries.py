@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import ColumnElement, Select, and_, func, select, tuple_
 from sqlalchemy.engine import Connection, Engine, Row
 
-from scheduler_core.db.clock import db_now_ms, to_ms
+from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import executions, logs, nodes, tasks
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.store.executions import execution_from_row
@@ -54,6 +54,19 @@ class BoundedCount:
     @property
     def label(self) -> str:
         return f"{self.value:,}+" if self.more else f"{self.value:,}"
+
+
+@dataclass(frozen=True)
+class RunCell:
+    """One occurrence in the run-history grid: enough to colour, letter and link it."""
+
+    occurrence_id: str
+    task_id: str
+    status: str
+    reason: str | None
+    trigger: str
+    created_at: int  # when it was journaled (DB clock ms)
+    scheduled_minute: int | None
 
 
 @dataclass(frozen=True)
@@ -145,6 +158,38 @@ class JournalQueries:
         row = read(self.engine, lambda conn: conn.execute(query).first())
         return log_from_row(row) if row is not None else None
 
+    def now_ms(self) -> int:
+        """The DB clock, for "3 s ago" on a page read at this instant."""
+        return read(self.engine, lambda conn: to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms"))
+
+    def recent_runs(self, task_ids: Sequence[str], runs: int) -> dict[str, list[RunCell]]:
+        """The newest ``runs`` journal rows of each of ``task_ids``, oldest first per task: one
+        statement, ``ROW_NUMBER() OVER (PARTITION BY task_id ORDER BY created_at DESC,
+        occurrence_id DESC) <= runs``. Served by the (task_id, created_at, occurrence_id) index;
+        each task's rows are read in index order and numbered (SQLite >= 3.25, PostgreSQL,
+        MariaDB >= 10.2 / MySQL 8 all have window functions). Tasks that never ran are absent."""
+        ids = sorted(set(task_ids))
+        if not ids:
+            return {}
+        rank = func.row_number().over(partition_by=executions.c.task_id,
+                                      order_by=(executions.c.created_at.desc(), executions.c.occurrence_id.desc()))
+        columns = (executions.c.occurrence_id, executions.c.task_id, executions.c.status, executions.c.reason,
+                   executions.c.trigger, executions.c.created_at, executions.c.scheduled_minute)
+        ranked = select(*columns, rank.label("rank")).where(executions.c.task_id.in_(ids)).subquery()
+        query = (select(*(ranked.c[c.name] for c in columns)).where(ranked.c.rank <= runs)
+                 .order_by(ranked.c.task_id, ranked.c.created_at, ranked.c.occurrence_id))
+
+        def work(conn: Connection) -> dict[str, list[RunCell]]:
+            found: dict[str, list[RunCell]] = {}
+            for row in conn.execute(query):
+                cell = RunCell(row.occurrence_id, row.task_id, row.status, row.reason, row.trigger,
+                               to_ms(row.created_at, "created_at"),
+                               optional_ms(row.scheduled_minute, "scheduled_minute"))
+                found.setdefault(cell.task_id, []).append(cell)
+            return found
+
+        return read(self.engine, work)
+
     # --- counts -----------------------------------------------------------------------
 
     def status_counts(self, statuses: Sequence[str], cap: int) -> dict[str, BoundedCount]:
@@ -153,6 +198,33 @@ class JournalQueries:
         def work(conn: Connection) -> dict[str, BoundedCount]:
             return {s: _bounded(conn, select(executions.c.occurrence_id).where(executions.c.status == s), cap)
                     for s in statuses}
+
+        return read(self.engine, work)
+
+    def window_counts(self, statuses: Sequence[str], window_ms: int, cap: int) -> tuple[int, dict[str, BoundedCount]]:
+        """(the window's start on the DB clock, journal rows per status created since then), each
+        counted up to ``cap`` on the (status, created_at, occurrence_id) index: one range a status."""
+
+        def work(conn: Connection) -> tuple[int, dict[str, BoundedCount]]:
+            since = to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms") - window_ms
+            return since, {s: _bounded(conn, select(executions.c.occurrence_id).where(
+                executions.c.status == s, executions.c.created_at >= since), cap) for s in statuses}
+
+        return read(self.engine, work)
+
+    def newest_of(self, statuses: Sequence[str], since_ms: int, limit: int) -> list[Execution]:
+        """The ``limit`` newest journal rows in any of ``statuses`` created at or after ``since_ms``:
+        one backwards range of the (status, created_at, occurrence_id) index a status (LIMIT each),
+        merged here, so the cost does not grow with the journal."""
+
+        def work(conn: Connection) -> list[Execution]:
+            found: list[Execution] = []
+            for status in statuses:
+                query = (select(executions).where(executions.c.status == status, executions.c.created_at >= since_ms)
+                         .order_by(executions.c.created_at.desc(), executions.c.occurrence_id.desc()).limit(limit))
+                found.extend(execution_from_row(row) for row in conn.execute(query))
+            found.sort(key=lambda e: (e.created_at, e.occurrence_id), reverse=True)
+            return found[:limit]
 
         return read(self.engine, work)
 

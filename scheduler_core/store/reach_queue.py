@@ -46,6 +46,7 @@ class QueueEntry:
     message_id: str | None
     created_at: int
     updated_at: int
+    last_error: str | None = None  # what went wrong last: "<class>: <short masked message>" (migration 0012)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def _entry(row: Row[Any]) -> QueueEntry:
         next_attempt_at=to_ms(d["next_attempt_at"], "next_attempt_at"),
         locked_until=optional_ms(d["locked_until"], "locked_until"), last_failure=d["last_failure"],
         message_id=d["message_id"], created_at=to_ms(d["created_at"], "created_at"),
-        updated_at=to_ms(d["updated_at"], "updated_at"))
+        updated_at=to_ms(d["updated_at"], "updated_at"), last_error=d["last_error"])
 
 
 def _message(row: Row[Any]) -> QueuedMessage:
@@ -178,14 +179,16 @@ class QueueRepository:
         return write(self.engine, work)
 
     def settle(self, queue_id: str, token: str, status: str, *, message_id: str | None = None,
-               last_failure: str | None = None, retry_in_ms: int | None = None) -> bool:
+               last_failure: str | None = None, retry_in_ms: int | None = None, last_error: str | None = None) -> bool:
         """The owner's final word on a claim: sent / dead / unknown, or back to pending with
-        ``next_attempt_at = now + retry_in_ms``. Applies only while the lease holds."""
+        ``next_attempt_at = now + retry_in_ms``. Applies only while the lease holds. Sets
+        ``last_failure`` and ``last_error`` as given (None clears them: a sent message has none)."""
 
         def work(conn: Connection) -> bool:
             self._lock(conn, queue_id)
             values: dict[str, Any] = {"status": status, "lock_token": None, "locked_until": None,
-                                      "last_failure": last_failure, "updated_at": self._touch(conn)}
+                                      "last_failure": last_failure, "last_error": last_error,
+                                      "updated_at": self._touch(conn)}
             if message_id is not None:
                 values["message_id"] = message_id
             if retry_in_ms is not None:
@@ -205,12 +208,13 @@ class QueueRepository:
         return read(self.engine, lambda conn: [_message(r) for r in conn.execute(query)])
 
     def recover(self, message: QueuedMessage, status: str, last_failure: str | None,
-                retry_in_ms: int | None = None) -> bool:
+                retry_in_ms: int | None = None, last_error: str | None = None) -> bool:
         """Settle an expired claim (same token, still expired) without its owner."""
 
         def work(conn: Connection) -> bool:
             values: dict[str, Any] = {"status": status, "lock_token": None, "locked_until": None,
-                                      "last_failure": last_failure, "updated_at": self._touch(conn)}
+                                      "last_failure": last_failure, "last_error": last_error,
+                                      "updated_at": self._touch(conn)}
             if retry_in_ms is not None:
                 values["next_attempt_at"] = db_now_ms() + retry_in_ms
             return one_row(conn.execute(update(reach_queue).where(
@@ -243,7 +247,7 @@ class QueueRepository:
             return one_row(conn.execute(update(reach_queue).where(
                 reach_queue.c.queue_id == queue_id, reach_queue.c.status == "dead",
                 reach_queue.c.updated_at == expected_updated_at,
-            ).values(status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None,
+            ).values(status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None, last_error=None,
                      updated_at=self._touch(conn))))
 
         return write(self.engine, work)
@@ -334,7 +338,7 @@ class QueueRepository:
 
         def work(conn: Connection) -> int:
             return int(conn.execute(update(reach_queue).where(reach_queue.c.status == "dead", matches).values(
-                status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None,
+                status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None, last_error=None,
                 updated_at=self._touch(conn))).rowcount)
 
         return write(self.engine, work)

@@ -63,7 +63,7 @@ def task_from_row(row: Row[Any] | Mapping[str, Any]) -> TaskDefinition:
             retry=RetryPolicy.parse(data["retry"]), handler=handler, params=params,
             node_group=data["node_group"], catchup=CatchupPolicy.parse(data["catchup"]),
             revision=to_ms(data["revision"], "revision"), created_at=to_ms(data["created_at"], "created_at"),
-            updated_at=to_ms(data["updated_at"], "updated_at"), paused=_pause_from(data)))
+            updated_at=to_ms(data["updated_at"], "updated_at"), paused=_pause_from(data)), stored=True)
     except (SchedulerError, ValueError, TypeError, KeyError) as exc:
         raise InvalidStoredValueError(f"stored task {data.get('id')!r} is unreadable: {exc}",
                                       task_id=data.get("id")) from exc

@@ -43,8 +43,9 @@ def _queue_row(status: str) -> dict[str, Any]:
 def test_counts_and_links(app: Flask, client: FlaskClient, auth: Auth) -> None:
     engine = app.extensions["hai_engine"]
     scheduler = app.extensions["hai_scheduler"]
+    now = db_now(engine)  # the status cards count the last 24 h
     insert_rows(engine, executions, [execution_row(f"u-{i}", 1_000 + i, "unknown") for i in range(2)]
-                + [execution_row(f"s-{i}", 1_000 + i, "success") for i in range(4)])
+                + [execution_row(f"s-{i}", now - 1_000 + i, "success") for i in range(4)])
     journal_pending(engine, 3)  # failed, with pending logs
     insert_rows(engine, reach_queue, [_queue_row("dead"), _queue_row("dead"), _queue_row("unknown")])
     scheduler.start()  # a heartbeat makes this node alive

@@ -79,6 +79,8 @@ FIELDS: dict[str, dict[str, Field]] = {
     "tasks.pause": {"reason": "fuzzing", "minutes": "5"},
     "tasks.resume": {},
     "executions.resolve": {"status": "success", "reason": "checked", "expected_updated_at": EXECUTION_VERSION},
+    "executions.bulk_resolve": {"task": "", "cause": "", "bound_at": "0", "bound_id": "", "count": "0",
+                                "status": "discarded", "reason": "checked"},
     "logs.repair": {},
     "logs.repair_all": {},
     "notifications.requeue": {"expected_updated_at": STALE},

@@ -22,7 +22,7 @@ from tests.webapp.conftest import Auth, csrf_token
 from webapp.auth import required_role
 from webapp.node import accounts_of, scheduler_of
 
-OPERATOR = ("executions.resolve", "logs.repair", "logs.repair_all", "notifications.requeue",
+OPERATOR = ("executions.resolve", "executions.bulk_resolve", "logs.repair", "logs.repair_all", "notifications.requeue",
             "notifications.bulk_requeue", "notifications.resolve", "tasks.trigger", "tasks.rerun", "tasks.pause",
             "tasks.resume")
 ADMIN = ("notifications.new_template", "notifications.create_template", "notifications.edit_template",

@@ -612,7 +612,7 @@ def test_a_blocked_task_shows_what_blocks_it(app: Flask, client: FlaskClient, au
     _settle_as_unknown(app, holder)
     auth.login()
     page = _text(client.get("/tasks/view/stuck"))
-    assert "state-banner-blocked" in page and holder in page and 'href="/executions/unknown"' in page
+    assert "state-banner-blocked" in page and holder in page and 'href="/executions/unknown?task=' in page
     assert "badge-state-blocked" in _text(client.get("/tasks/"))
 
 

@@ -104,7 +104,7 @@ def test_admin_sees_every_user_with_role_status_and_times(app: Flask, client: Fl
 
 
 def _iso(ms: int) -> str:
-    from webapp.app import _iso as iso
+    from webapp.timefmt import iso
 
     return iso(ms)
 
