@@ -28,14 +28,14 @@ from scheduler_core.runtime.api_tokens import ApiTokens, check_rate_limit
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
-from webapp.api import bp as api_blueprint
 from webapp import runs as run_history
+from webapp.api import bp as api_blueprint
 from webapp.evidence import install as install_evidence
 from webapp.first_start import bootstrap_admin, secret_key
 from webapp.metrics import install as install_metrics
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
-from webapp.user_tokens import bp as user_tokens_blueprint
 from webapp.timefmt import install as install_time_filters
+from webapp.user_tokens import bp as user_tokens_blueprint
 
 db = SQLAlchemy()
 csrf = CSRFProtect()
