@@ -82,7 +82,7 @@ def _help(words: list[str]) -> str:
 def test_the_command_line_synopsis_matches_the_parser() -> None:
     (synopsis,) = [code for _, code in _blocks("") if code.startswith("hai-scheduler serve")]
     lines = [line for line in synopsis.splitlines() if line.startswith("hai-scheduler ")]
-    assert len(lines) == 9
+    assert len(lines) == 10  # serve, node, create-user, create-token, db x2, tasks x4
     for line in lines:
         words = line.split()[1:]
         command = words[:2] if words[0] in ("db", "tasks") else words[:1]
