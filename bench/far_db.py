@@ -1,0 +1,216 @@
+"""The database far away: burst throughput, steady lateness and notification deliveries per
+second when every round trip to the database costs 1, 10 or 50 ms more (issue #17, item 4).
+
+The nodes reach the database through bench/_delay_proxy.py, a TCP proxy on 127.0.0.1 that holds
+every byte for half the added round trip in each direction. The issue asks for network namespaces
+and ``tc netem``; this machine's kernel has no netem qdisc ("Specified qdisc kind is unknown"), so
+the delay is added in user space instead: the same latency per round trip, no bandwidth limit,
+no loss. Each row is measured by the existing benchmarks (burst.py, steady.py,
+notifications.py) run as child processes with ``--url`` pointing at the proxy; the first row
+(0 ms added) goes straight to the database, and every other row is also shown as a share of it,
+measured in the same invocation.
+
+Lease safety is read from the same runs: ``duplicates`` counts occurrences journaled twice,
+handlers called twice and executions taken over (sequence > 1); with the default lease settings
+it must stay 0 at every delay.
+
+    .venv/bin/python bench/far_db.py --rtt-ms 0,1,10,50 --svg bench/far_db.svg
+    .venv/bin/python bench/far_db.py --rtt-ms 0,10 --burst-tasks 500 --steady-tasks 100 --steady-minutes 1 \\
+        --messages 200          # quick
+
+It needs a PostgreSQL server (``--url``, default the local one) and clears the scheduler tables
+of the database it is given (default ``hai_bench_far``, created when missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _delay_proxy import DelayProxy
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/hai_bench_far"
+
+
+def _ensure_database(url: str) -> None:
+    parsed = make_url(url)
+    admin = create_engine(parsed.set(drivername="postgresql+psycopg", database="postgres"),
+                          isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        if not conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": parsed.database}).scalar():
+            conn.execute(text(f'CREATE DATABASE "{parsed.database}"'))
+    admin.dispose()
+
+
+def _json_rows(output: str) -> list[dict[str, Any]]:
+    rows = []
+    for line in output.splitlines():
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+    return rows
+
+
+def _run(script: str, args: list[str], timeout_s: float) -> dict[str, Any]:
+    command = [sys.executable, str(HERE / script), *args, "--reset", "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=HERE.parent)
+    rows = _json_rows(done.stdout)
+    if done.returncode != 0 or not rows:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        return {"error": f"{script} exited {done.returncode}: {' | '.join(tail)}"}
+    return rows[-1]
+
+
+def measure(url: str, rtt_ms: float, args: argparse.Namespace) -> dict[str, Any]:
+    """One row: the three benchmarks with ``rtt_ms`` added to every round trip."""
+    parsed = make_url(url)
+    proxy = DelayProxy((parsed.host or "127.0.0.1", parsed.port or 5432), rtt_ms / 2) if rtt_ms else None
+    target = proxy.url(url) if proxy else url
+    try:
+        burst = _run("burst.py", ["--url", target, "--tasks", str(args.burst_tasks), "--nodes", "2"], 1800)
+        steady = _run("steady.py", ["--url", target, "--tasks", str(args.steady_tasks), "--minutes",
+                                    str(args.steady_minutes), "--nodes", "2"], 600 + 120 * args.steady_minutes)
+        notes = _run("notifications.py", ["--url", target, "--messages", str(args.messages), "--nodes", "2",
+                                          "--mode", "loop"], 1800)
+    finally:
+        if proxy:
+            proxy.close()
+    errors = [part.get("error") for part in (burst, steady, notes) if part.get("error")]
+    return {
+        "rtt_added_ms": rtt_ms,
+        "burst_starts_per_s": burst.get("starts_per_s"), "burst_all_started_s": burst.get("seconds_to_all_started"),
+        "burst_duplicates": burst.get("duplicates"), "burst_missed": burst.get("missed"),
+        "steady_lateness_p50_ms": steady.get("lateness_p50_ms"),
+        "steady_lateness_p99_ms": steady.get("lateness_p99_ms"),
+        "steady_duplicates": steady.get("duplicates"), "steady_missing": steady.get("missing"),
+        "deliveries_per_s": notes.get("deliveries_per_s"), "delivery_duplicate_effects": notes.get("effect_duplicates"),
+        "delivery_lost": notes.get("lost"),
+        "error": "; ".join(str(e) for e in errors) or None,
+    }
+
+
+COLUMNS = [("rtt_added_ms", "RTT added ms"), ("burst_starts_per_s", "burst starts/s"),
+           ("burst_share", "of 0 ms"), ("burst_all_started_s", "all started s"),
+           ("burst_duplicates", "dup"), ("burst_missed", "missed"),
+           ("steady_lateness_p50_ms", "steady p50 ms"), ("steady_lateness_p99_ms", "p99 ms"),
+           ("steady_duplicates", "dup"), ("steady_missing", "missing"),
+           ("deliveries_per_s", "deliveries/s"), ("delivery_share", "of 0 ms"),
+           ("delivery_duplicate_effects", "dup effects"), ("delivery_lost", "lost")]
+
+
+def _shares(rows: list[dict[str, Any]]) -> None:
+    base = next((r for r in rows if r["rtt_added_ms"] == 0), None)
+    for row in rows:
+        for key, share in (("burst_starts_per_s", "burst_share"), ("deliveries_per_s", "delivery_share")):
+            if base and base.get(key) and row.get(key) is not None:
+                row[share] = f"{100 * row[key] / base[key]:.0f}%"
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        return f"{value:,.1f}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |",
+             "|" + "---:|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(row.get(key)) for key, _ in COLUMNS) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def svg(rows: list[dict[str, Any]], title: str) -> str:
+    """Three small line charts (burst starts/s, steady lateness p50/p99, deliveries/s) against the
+    added round trip, as a standalone SVG."""
+    panels = [("burst starts / s", [("burst_starts_per_s", "#1f77b4")]),
+              ("steady lateness ms (p50, p99)", [("steady_lateness_p50_ms", "#2ca02c"),
+                                                  ("steady_lateness_p99_ms", "#d62728")]),
+              ("deliveries / s", [("deliveries_per_s", "#9467bd")])]
+    width, height, pad = 300, 220, 40
+    xs = [float(r["rtt_added_ms"]) for r in rows]
+    x_max = max(xs) or 1.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * 3}" height="{height + 30}" '
+             f'font-family="sans-serif" font-size="11">',
+             f'<text x="10" y="16" font-size="13">{title}</text>']
+    for index, (label, series) in enumerate(panels):
+        left = index * width
+        values = [float(r[key]) for r in rows for key, _ in series if r.get(key) is not None]
+        y_max = max(values, default=1.0) * 1.1 or 1.0
+
+        def point(x: float, y: float, left: int = left, y_max: float = y_max) -> tuple[float, float]:
+            return (left + pad + (width - 2 * pad) * x / x_max, 30 + height - pad - (height - 2 * pad) * y / y_max)
+
+        x0, y0 = point(0, 0)
+        x1, _ = point(x_max, 0)
+        _, y1 = point(0, y_max)
+        parts.append(f'<text x="{left + pad}" y="{30 + 12}">{label}</text>')
+        parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="#555"/>')
+        parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="#555"/>')
+        parts.append(f'<text x="{x0 - 4}" y="{y1 + 4}" text-anchor="end">{y_max:,.0f}</text>')
+        for x in xs:
+            px, _ = point(x, 0)
+            parts.append(f'<text x="{px}" y="{y0 + 14}" text-anchor="middle">{x:g}</text>')
+        parts.append(f'<text x="{(x0 + x1) / 2}" y="{y0 + 28}" text-anchor="middle">RTT added, ms</text>')
+        for key, colour in series:
+            points = [point(float(r["rtt_added_ms"]), float(r[key])) for r in rows if r.get(key) is not None]
+            if points:
+                path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+                parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
+                parts += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>' for x, y in points]
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=DEFAULT_URL, help="PostgreSQL database (its scheduler tables are cleared)")
+    parser.add_argument("--rtt-ms", default="0,1,10,50", help="round trips to add, comma-separated (0: direct)")
+    parser.add_argument("--burst-tasks", type=int, default=2000)
+    parser.add_argument("--steady-tasks", type=int, default=200)
+    parser.add_argument("--steady-minutes", type=int, default=2)
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--svg", help="write the curves to this SVG file")
+    parser.add_argument("--json", action="store_true", help="also print every row as JSON")
+    args = parser.parse_args()
+    try:
+        rtts = [float(value) for value in args.rtt_ms.split(",")]
+    except ValueError:
+        parser.error(f"--rtt-ms: {args.rtt_ms!r} is not a comma-separated list of numbers")
+    if any(not 0 <= rtt <= 1000 for rtt in rtts):
+        parser.error("--rtt-ms: each value must be between 0 and 1000")
+    if make_url(args.url).get_backend_name() != "postgresql":
+        parser.error("--url: a PostgreSQL URL (the far-away database is a server)")
+    _ensure_database(args.url)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rows = []
+    for rtt in rtts:
+        print(f"measuring with {rtt:g} ms added per round trip ...", flush=True)
+        rows.append(measure(args.url, rtt, args))
+    _shares(rows)
+    print(f"\nDatabase far away ({started}; burst {args.burst_tasks} tasks, steady {args.steady_tasks} tasks x "
+          f"{args.steady_minutes} min, {args.messages} notifications; 2 nodes each)\n")
+    print(_table(rows))
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    if args.svg:
+        Path(args.svg).write_text(svg(rows, f"hai-scheduler, database far away ({started})"))
+        print(f"\ncurves: {args.svg}")
+    failed = [row for row in rows if row.get("error")]
+    for row in failed:
+        print(f"{row['rtt_added_ms']:g} ms: FAILED -- {row['error']}")
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
