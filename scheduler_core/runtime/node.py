@@ -53,6 +53,7 @@ class Node:
         self._tasks_version: int | None = None
         self._last_heartbeat = 0.0
         self._last_retention = time.monotonic()
+        self._last_journal_retention = time.monotonic()
         self._tick_lock = threading.Lock()
         self._pooled: set[Runner] = set()  # handed to the pool, not yet settled
         self._pooled_lock = threading.Lock()
@@ -421,6 +422,12 @@ class Node:
                 self.ctx.logs.prune(config.max_logs, config.retention_days)
             except Exception:
                 logger.warning("log retention failed (logs kept)", exc_info=True)
+        if config.journal_retention_days and now - self._last_journal_retention >= RETENTION_EVERY_S:
+            self._last_journal_retention = now
+            try:
+                self.ctx.journal_retention.prune(config.journal_retention_days)
+            except Exception:
+                logger.warning("journal retention failed (rows kept)", exc_info=True)
 
 
 def claimed_execution(r: ClaimRequest, node_id: str) -> Execution:
