@@ -195,8 +195,9 @@ def measure(url: str, seconds: float) -> dict[str, Any]:
         result["batch_rows_per_s"] = result["batch_tx_per_s"] * BATCH
         write(engine, lambda conn: (conn.execute(delete(logs)), conn.execute(delete(executions))))
         with engine.connect() as conn:  # what the SQLite file / server says it is
-            result["server"] = str(conn.execute(select(text("sqlite_version()" if engine.dialect.name == "sqlite"
-                                                            else "version()"))).scalar_one())
+            version = str(conn.execute(select(text("sqlite_version()" if engine.dialect.name == "sqlite"
+                                                   else "version()"))).scalar_one())
+            result["server"] = " ".join(version.split()[:2]) if engine.dialect.name == "postgresql" else version
             conn.rollback()
         return {key: round(value, 1) if isinstance(value, float) else value for key, value in result.items()}
     finally:
