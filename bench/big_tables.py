@@ -98,11 +98,10 @@ def grow(engine: Engine, start: int, end: int, now_ms: int, chunk: int) -> float
             journal, log = journal.replace('"trigger"', "`trigger`"), log.replace('"trigger"', "`trigger`")
 
         def work(conn: Any, statements: tuple[str, str] = (journal, log)) -> None:
-            if kind == "mysql":  # MySQL 8 stops a recursive CTE at 1000 rows unless told; MariaDB has no such limit
-                try:
-                    conn.execute(text(f"SET SESSION cte_max_recursion_depth = {chunk + 10}"))
-                except Exception:  # MariaDB: unknown variable, and no need
-                    conn.rollback()
+            if kind == "mysql":  # both stop a recursive CTE at 1000 rows unless told, by different names
+                limit = "max_recursive_iterations" if getattr(engine.dialect, "is_mariadb", False) \
+                    else "cte_max_recursion_depth"
+                conn.execute(text(f"SET SESSION {limit} = {chunk + 10}"))
             for statement in statements:
                 conn.execute(text(statement))
 
