@@ -56,11 +56,12 @@ class JournalRetention:
                     or_(c.idempotency_key.is_(None), c.updated_at < keyed_cutoff),
                     or_(c.log_persistence.is_(None), c.log_persistence != "pending"), ~slot_points_here)
 
-    def prune(self, days: int, max_batches: int = 20, batch_rows: int = BATCH_ROWS) -> PruneResult:
+    def prune(self, days: int, max_batches: int = 20, batch_rows: int | None = None) -> PruneResult:
         """Delete deletable journal rows (module docstring) and their logs, ``batch_rows`` a
         transaction, at most ``max_batches`` transactions; each batch is found through the
         (status, updated_at) index and deleted by primary key."""
         journal = log_rows = 0
+        batch_rows = BATCH_ROWS if batch_rows is None else batch_rows
         for _ in range(max_batches):
             deleted, deleted_logs = write(self.engine, lambda conn: self._batch(conn, days, batch_rows))
             journal += deleted

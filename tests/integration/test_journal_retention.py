@@ -8,13 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.db.tables import executions, logs, slots
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime import node as node_module
+from scheduler_core.store import logs as logs_module
+from scheduler_core.store import retention as retention_module
 from scheduler_core.store.retention import KEY_DAYS_MIN, JournalRetention, PruneResult
 from scheduler_core.testing import clock_offset, set_clock_offset
 
@@ -127,3 +129,48 @@ def test_a_bad_journal_retention_is_refused_by_name(bad: Any) -> None:
     with pytest.raises(ConfigError) as info:
         SchedulerConfig(journal_retention_days=bad)
     assert info.value.field == "journal_retention_days"
+
+
+def test_a_node_drains_a_journal_backlog_tick_after_tick(make_node: MakeScheduler, engine: Engine,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that stops with rows still due (its batches full) is followed by another at the
+    next tick, not ten minutes later: a backlog drains a few batches a tick."""
+    monkeypatch.setattr(retention_module, "BATCH_ROWS", 1)
+    monkeypatch.setattr(node_module, "JOURNAL_BATCHES_PER_TICK", 1)  # one row a tick
+    monkeypatch.setattr(node_module, "RETENTION_EVERY_S", 3_600)  # the timer alone: one pass an hour
+    node = _node(make_node, journal_retention_days=8)
+    old = [node.trigger("job").occurrence_id for _ in range(5)]
+    _later(engine, 9)
+    node.start()
+    running = node._node
+    assert running is not None
+    running._last_journal_retention = -1e12  # the first pass is due now
+    deadline = time.monotonic() + 20
+    while _journaled(engine, old) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _journaled(engine, old) == set()
+
+
+@pytest.mark.parametrize("retention", [{"retention_days": 1}, {"max_logs": 1}])
+def test_log_retention_deletes_in_bounded_batches(make_node: MakeScheduler, engine: Engine,
+                                                  monkeypatch: pytest.MonkeyPatch, retention: dict[str, int]) -> None:
+    monkeypatch.setattr(logs_module, "PRUNE_BATCH", 2)
+    node = _node(make_node, **retention)
+    made = [node.trigger("job") for _ in range(5)]
+    _later(engine, 2)
+    deleted: list[int] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE FROM LOGS"):
+            deleted.append(cursor.rowcount)
+
+    event.listen(engine, "after_cursor_execute", count)
+    try:
+        pruned = node.prune_logs()
+    finally:
+        event.remove(engine, "after_cursor_execute", count)
+    expected = 5 if "retention_days" in retention else 4
+    assert pruned == expected and sum(deleted) == expected
+    assert max(deleted) <= 2 and len(deleted) == expected // 2 + 1  # full batches, then a short one
+    kept = [entry.id for entry in node.get_logs()]
+    assert kept == ([] if "retention_days" in retention else [made[-1].id])
