@@ -26,6 +26,7 @@ from scheduler_core.store.reach_queue import (
     QueueRepository,
     Settlement,
 )
+from scheduler_core.store.transactions import HeldConnection
 from scheduler_core.validation import (
     ID_MAX,
     PAGE_LIMIT,
@@ -97,12 +98,20 @@ class DeliveryRounds:
         recovered = self.recover_expired()
         eligible_at = self.repo.now()  # fixed for the round
         counts = {"claimed": 0, "sent": 0, "retried": 0, "dead": 0, "unknown": 0, "lost": 0}
+        held = HeldConnection(self.repo.engine)  # the round's writes: no pool check-out and pre-ping each
+        try:
+            self._waves(eligible_at, urgent_only, counts, held)
+        finally:
+            held.drop()
+        return RoundReport(recovered=recovered, **counts)
+
+    def _waves(self, eligible_at: int, urgent_only: bool, counts: dict[str, int], held: HeldConnection) -> None:
         skipped = 0
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="hai-reach-send") as senders:
             while counts["claimed"] < ROUND_LIMIT:
                 token = str(uuid.uuid4())
                 wave = self.repo.claim_due(eligible_at, token, min(self.concurrency, ROUND_LIMIT - counts["claimed"]),
-                                           urgent_only)
+                                           urgent_only, held.get())  # a failure ends the round (run drops held)
                 if not wave:
                     # due rows another transaction held locked were skipped: look again shortly
                     # rather than end the round (and wait a minute) while they may be left to us
@@ -113,16 +122,17 @@ class DeliveryRounds:
                     break
                 counts["claimed"] += len(wave)
                 try:
-                    outcomes = self._deliver_wave(wave, token, senders)
+                    outcomes = self._deliver_wave(wave, token, senders, held)
                 except Exception:  # a database failure mid-wave: the leases run out and recovery
                     # settles the rows (retry before sending; unknown or retry after)
                     logger.warning("queue wave of %d: delivery failed; recovery settles it", len(wave), exc_info=True)
+                    held.drop()  # the next wave takes a fresh connection
                     outcomes = ["lost"] * len(wave)
                 for outcome in outcomes:
                     counts[_COUNTER.get(outcome, "lost")] += 1
-        return RoundReport(recovered=recovered, **counts)
 
-    def _deliver_wave(self, wave: list[QueuedMessage], token: str, senders: ThreadPoolExecutor) -> list[str]:
+    def _deliver_wave(self, wave: list[QueuedMessage], token: str, senders: ThreadPoolExecutor,
+                      held: HeldConnection) -> list[str]:
         """Send a claimed wave and settle it in one transaction; one outcome per row."""
         providers = self.providers()
         verdicts: dict[str, tuple[Verdict, str | None]] = {}
@@ -133,7 +143,7 @@ class DeliveryRounds:
             else:
                 verdicts[message.entry.queue_id] = (_retry_or_dead(message.entry, "provider_unavailable"), None)
         if sendable:
-            marked = self.repo.mark_sending_many([m.entry.queue_id for m in sendable], token)
+            marked = self.repo.mark_sending_many([m.entry.queue_id for m in sendable], token, held.get())
             sendable = [m for m in sendable if m.entry.queue_id in marked]  # the others were lost: not sent
         if sendable:
             for message, delivery in zip(sendable, self._send_keeping_lease(providers, sendable, token, senders),
@@ -143,7 +153,7 @@ class DeliveryRounds:
                                                     delivery.message_id)
         applied = self.repo.settle_many(token, [
             Settlement(queue_id, verdict.status, message_id, verdict.last_failure, verdict.retry_in_ms)
-            for queue_id, (verdict, message_id) in verdicts.items()]) if verdicts else set()
+            for queue_id, (verdict, message_id) in verdicts.items()], held.get()) if verdicts else set()
         if len(applied) < len(verdicts):
             logger.warning("queue: %d of a wave's leases lost while sending; recovery settles them",
                            len(verdicts) - len(applied))

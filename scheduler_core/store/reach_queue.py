@@ -126,7 +126,8 @@ class QueueRepository:
 
     # --- a round's claims and the owner's writes, a wave of rows at a time ----------------------
 
-    def claim_due(self, eligible_at: int, token: str, limit: int, urgent_only: bool = False) -> list[QueuedMessage]:
+    def claim_due(self, eligible_at: int, token: str, limit: int, urgent_only: bool = False,
+                  conn: Connection | None = None) -> list[QueuedMessage]:
         """Claim up to ``limit`` ``pending`` rows due at ``eligible_at`` (fixed per round), the
         oldest first, in one transaction of two statements: status ``processing``, ``token`` (one
         token for the whole wave), ``locked_by``, a lease, ``attempt_count + 1`` (counted at claim,
@@ -137,7 +138,8 @@ class QueueRepository:
         when nothing is due, never because it lost a race (SQLite: BEGIN IMMEDIATE serialises
         claimers). The lease ``locked_until = that reading + lease`` and the new ``updated_at``
         (``max(reading, updated_at + 1)``) are computed in the UPDATE from the same reading, so
-        the returned messages carry exactly what was written."""
+        the returned messages carry exactly what was written. ``conn``: a connection the caller
+        keeps between transactions (a round's), else one from the pool."""
         def work(conn: Connection) -> list[QueuedMessage]:
             now = db_now_ms().label("claim_now")
             due = (select(reach_queue, now)
@@ -161,7 +163,7 @@ class QueueRepository:
                 raise DatabaseError(f"claim changed {claimed} of {len(ids)} locked rows; rolled back")
             return [_claimed(row, token, at + self.lease_ms, at) for row in rows]
 
-        return write(self.engine, work)
+        return write(conn or self.engine, work)
 
     def any_due(self, eligible_at: int, urgent_only: bool = False) -> bool:
         """Whether a ``pending`` row is due at ``eligible_at`` (a plain read: it sees rows that
@@ -183,7 +185,7 @@ class QueueRepository:
                     reach_queue.c.status.in_(statuses), reach_queue.c.locked_until > db_now_ms())
 
     def _owner_write(self, ids: builtins.list[str], token: str, statuses: tuple[str, ...],
-                     values: Callable[[Connection], dict[str, Any]]) -> set[str]:
+                     values: Callable[[Connection], dict[str, Any]], bind: Connection | None = None) -> set[str]:
         """An owner's lease-checked UPDATE of ``ids`` in one transaction; the ids it changed.
 
         The rows are locked first (servers; in queue-id order, so concurrent lockers queue
@@ -213,13 +215,14 @@ class QueueRepository:
                 select(reach_queue.c.queue_id, reach_queue.c.updated_at).where(reach_queue.c.queue_id.in_(ordered)))}
             return {i for i in ordered if after.get(i) != before.get(i)}
 
-        return write(self.engine, work)
+        return write(bind or self.engine, work)
 
-    def mark_sending_many(self, ids: builtins.list[str], token: str) -> set[str]:
+    def mark_sending_many(self, ids: builtins.list[str], token: str, conn: Connection | None = None) -> set[str]:
         """processing -> sending for a wave, written right before its provider calls (lease
         extended); the ids still ours (the others must not be sent)."""
-        return self._owner_write(ids, token, ("processing",), lambda conn: {
-            "status": "sending", "locked_until": db_now_ms() + self.lease_ms, "updated_at": self._touch(conn)})
+        return self._owner_write(ids, token, ("processing",), lambda c: {
+            "status": "sending", "locked_until": db_now_ms() + self.lease_ms, "updated_at": self._touch(c)},
+            conn)
 
     def mark_sending(self, queue_id: str, token: str) -> bool:
         return queue_id in self.mark_sending_many([queue_id], token)
@@ -237,7 +240,8 @@ class QueueRepository:
 
         return write(self.engine, work)
 
-    def settle_many(self, token: str, settlements: builtins.list[Settlement]) -> set[str]:
+    def settle_many(self, token: str, settlements: builtins.list[Settlement],
+                    conn: Connection | None = None) -> set[str]:
         """The owner's final word on the rows of a wave, in one transaction: each row's status
         (sent / dead / unknown, or back to pending with ``next_attempt_at = now + retry_in_ms``),
         ``last_failure``, ``message_id`` when given; lease and token cleared. Applies to each row
@@ -255,12 +259,12 @@ class QueueRepository:
                 return sql(next(iter(given.values())))
             return case({i: sql(v) for i, v in given.items()}, value=key, else_=kept)
 
-        return self._owner_write(list(by_id), token, OWNED_STATUSES, lambda conn: {
+        return self._owner_write(list(by_id), token, OWNED_STATUSES, lambda c: {
             "status": per_row("status", reach_queue.c.status), "lock_token": None, "locked_until": None,
             "last_failure": per_row("last_failure", null()),  # None clears it
             "message_id": per_row("message_id", reach_queue.c.message_id),
             "next_attempt_at": per_row("retry_in_ms", reach_queue.c.next_attempt_at, lambda v: db_now_ms() + v),
-            "updated_at": self._touch(conn)})
+            "updated_at": self._touch(c)}, conn)
 
     def settle(self, queue_id: str, token: str, status: str, *, message_id: str | None = None,
                last_failure: str | None = None, retry_in_ms: int | None = None) -> bool:

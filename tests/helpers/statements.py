@@ -1,4 +1,5 @@
-"""Count the SQL an engine sends: cursor statements and transactions (commits and rollbacks)."""
+"""Count the SQL an engine sends: cursor statements, transactions (commits and rollbacks) and
+pool check-outs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlalchemy.engine import Engine
 class StatementCount:
     statements: int = 0  # every cursor statement (SELECT, INSERT, UPDATE, ...), on any thread
     transactions: int = 0  # commits and rollbacks
+    checkouts: int = 0  # connections taken from the pool (on a server each is pinged first: a round trip)
 
 
 @contextmanager
@@ -28,12 +30,17 @@ def counting(engine: Engine) -> Iterator[StatementCount]:
     def transaction(*_: Any) -> None:
         count.transactions += 1
 
+    def checkout(*_: Any) -> None:
+        count.checkouts += 1
+
     event.listen(engine, "before_cursor_execute", statement)
     event.listen(engine, "commit", transaction)
     event.listen(engine, "rollback", transaction)
+    event.listen(engine.pool, "checkout", checkout)
     try:
         yield count
     finally:
         event.remove(engine, "before_cursor_execute", statement)
         event.remove(engine, "commit", transaction)
         event.remove(engine, "rollback", transaction)
+        event.remove(engine.pool, "checkout", checkout)
