@@ -12,6 +12,10 @@ Counted with SQLAlchemy events on this node's engine, from ``start()`` to ``clos
 So ``statements + begins + commits + rollbacks + checkouts`` is every command the node sent
 to a PostgreSQL or MySQL server (on SQLite, in-process, the BEGIN is among the statements).
 
+With ``HAI_BENCH_PROFILE_DIR`` set (``burst.py --profile DIR``) every thread runs under cProfile
+and the merged stats go to ``DIR/<node_id>.prof`` (profiling slows the node: its CPU figures are
+then not the product's).
+
 Prints one JSON line on exit, with the occurrence id of every handler call (the bench checks
 that no occurrence was started twice) and the DB time at which its first tick began (the
 bench checks that every node was up before the boundary).
@@ -19,7 +23,10 @@ bench checks that every node was up before the boundary).
 
 from __future__ import annotations
 
+import cProfile
 import json
+import os
+import pstats
 import signal
 import sys
 import threading
@@ -33,7 +40,41 @@ from scheduler_core.db import create_engine
 from scheduler_core.testing import set_clock_offset_from_env
 
 
+class ThreadProfiles:
+    """cProfile for every thread started from now on (cProfile sees one thread only): each
+    thread's ``run`` gets a profiler of its own; ``dump`` merges them into one stats file."""
+
+    def __init__(self) -> None:
+        self.profiles: list[cProfile.Profile] = []
+        original = threading.Thread.run
+        profiles = self.profiles
+
+        def run(thread: threading.Thread) -> None:
+            profile = cProfile.Profile()
+            profiles.append(profile)
+            profile.enable()
+            try:
+                original(thread)
+            finally:
+                profile.disable()
+
+        threading.Thread.run = run  # type: ignore[method-assign]
+
+    def dump(self, path: str) -> None:
+        stats = None
+        for profile in list(self.profiles):
+            profile.disable()  # a daemon thread still running: its calls so far
+            try:
+                stats = pstats.Stats(profile) if stats is None else stats.add(profile)
+            except TypeError:  # a profile that recorded nothing
+                continue
+        if stats is not None:
+            stats.dump_stats(path)
+
+
 def main(url: str, node_id: str, concurrency: int, max_queued: int) -> None:
+    profile_dir = os.environ.get("HAI_BENCH_PROFILE_DIR")
+    profiles = ThreadProfiles() if profile_dir else None
     engine = create_engine({"url": url, "pool_size": concurrency + 4})
     set_clock_offset_from_env(engine)  # HAI_TEST_DB_CLOCK_OFFSET_MS: the burst's minute is near
     counts = {"statements": 0, "commits": 0, "rollbacks": 0, "begins": 0, "checkouts": 0}
@@ -72,6 +113,8 @@ def main(url: str, node_id: str, concurrency: int, max_queued: int) -> None:
     stop.wait()
     scheduler.close()
     cpu_ms = int((time.process_time() - cpu_before) * 1000)
+    if profiles is not None and profile_dir:
+        profiles.dump(os.path.join(profile_dir, f"{node_id}.prof"))
     print(json.dumps({**counts, "cpu_ms": cpu_ms, "ticks": len(ticks), "first_tick_db_ms": ticks[0] if ticks else None,
                       "started": len(calls), "calls": calls}))
 

@@ -1,5 +1,10 @@
 """Burst firing: N hook tasks due in the same minute, K node processes on one database.
 
+First it measures this host's ceiling on the same database (bench/limits.py: the one-transaction
+claim + finish + log rate on one connection, ``--ceiling-s`` seconds per operation), then the
+burst; the starts per second are also printed as a percentage of that ceiling, with the machine
+and the commit. ``--profile DIR`` runs each node under cProfile (bench/PROFILE.md).
+
 Prints a table: time from the minute boundary (DB clock) until every occurrence is terminal
 and until every one has started, starts per second, fire lateness p50/p99/max, SQL
 statements, transactions and all SQL commands per execution (counted with SQLAlchemy events
@@ -35,6 +40,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import limits
+from _common import kind_of
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Engine
 
@@ -47,7 +54,8 @@ from scheduler_core.store.transactions import write
 NODE_SCRIPT = Path(__file__).with_name("_burst_node.py")
 COLUMNS = [("backend", "database"), ("tasks", "tasks"), ("nodes", "nodes"),
            ("seconds_to_all_started", "all started after s"), ("seconds_to_terminal", "all terminal after s"),
-           ("starts_per_s", "starts / s"), ("lateness_p50_ms", "lateness p50 ms"),
+           ("starts_per_s", "starts / s"), ("starts_share", "% of ceiling"),
+           ("starts_share_of_batch", "% of batch rows / s"), ("lateness_p50_ms", "lateness p50 ms"),
            ("lateness_p99_ms", "p99 ms"), ("lateness_max_ms", "max ms"),
            ("statements_per_execution", "statements / execution"),
            ("transactions_per_execution", "transactions / execution"),
@@ -87,7 +95,10 @@ def _percentile(values: list[int], q: float) -> float | None:
 
 
 def run(url: str, count: int, node_count: int, lead_s: float, concurrency: int, max_queued: int,
-        timeout_s: float) -> dict[str, Any]:
+        timeout_s: float, ceiling_s: float = 0) -> dict[str, Any]:
+    ceiling = limits.measure(url, ceiling_s) if ceiling_s > 0 else None  # this host, minutes before the burst
+    if ceiling is not None:
+        print(limits.ceiling_line({"backend": kind_of(url), **ceiling}), file=sys.stderr, flush=True)
     engine = create_engine(url)
     try:
         upgrade(engine)
@@ -113,7 +124,12 @@ def run(url: str, count: int, node_count: int, lead_s: float, concurrency: int, 
             if proc.returncode != 0 or not out.strip():
                 raise SystemExit(f"a node failed ({proc.returncode}): {err[-3000:]}")
             stats.append(json.loads(out.strip().splitlines()[-1]))
-        return _report(engine, boundary, count, stats, concurrency, max_queued)
+        result = _report(engine, boundary, count, stats, concurrency, max_queued)
+        if ceiling is not None:
+            result["ceiling"] = ceiling
+            result["starts_share"] = limits.share(result["starts_per_s"], ceiling["one_tx_per_s"])
+            result["starts_share_of_batch"] = limits.share(result["starts_per_s"], ceiling["batch_rows_per_s"])
+        return result
     finally:
         close_engine(engine)
 
@@ -199,16 +215,32 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="max_concurrency per node")
     parser.add_argument("--max-queued", type=int, default=5_000, help="max_queued per node")
     parser.add_argument("--timeout-s", type=float, default=600, help="give up waiting this long after the boundary")
+    parser.add_argument("--ceiling-s", type=float, default=2.0,
+                        help="first measure this host's ceiling (bench/limits.py), this many seconds per operation; "
+                             "0 skips it")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="run every node under cProfile and write its stats to DIR/<node>.prof (see PROFILE.md)")
     parser.add_argument("--json", action="store_true", help="end the output with one line of JSON with the figures")
     args = parser.parse_args()
+    facts = limits.machine()
     url = args.url
     if url is None:
         url = f"sqlite:///{tempfile.mkdtemp(prefix='hai-burst-')}/burst.db"
     elif not url.startswith("sqlite") and not args.reset:
         parser.error("--reset is required: the benchmark clears the scheduler tables of --url")
     lead_s = args.lead_s if args.lead_s is not None else 8 + args.tasks / 1000
-    result = run(url, args.tasks, args.nodes, lead_s, args.concurrency, args.max_queued, args.timeout_s)
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        os.environ["HAI_BENCH_PROFILE_DIR"] = str(Path(args.profile).resolve())
+    result = run(url, args.tasks, args.nodes, lead_s, args.concurrency, args.max_queued, args.timeout_s,
+                 args.ceiling_s)
+    result["machine"] = facts
     print_table(result)
+    print(limits.machine_line(facts))
+    if "ceiling" in result:
+        print(limits.ceiling_line({"backend": result["backend"], **result["ceiling"]})
+              + f"; this burst's starts / s are {result['starts_share']} % of the one-transaction ceiling and "
+                f"{result['starts_share_of_batch']} % of the batch-claimed rows / s")
     if args.json:
         print(json.dumps(result))
 

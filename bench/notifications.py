@@ -21,8 +21,11 @@ when the nodes start. It never moves through minutes: every minute of a tick run
 Reported: deliveries per second (receiver clock, first to last request), time from the window's
 end to the first and the last delivery, deliveries per second inside a round, raw duplicates
 (requests beyond one per message) and duplicate effects after the receiver's deduplication by
-key, lost messages (neither received nor visible as dead/unknown; must be 0), SQL statements
-per delivery, CPU per node.
+key, lost messages (neither received nor visible as dead/unknown; must be 0), CPU per node, and
+the nodes' SQL per delivery: statements (cursor statements), transactions (commits and
+rollbacks) and round trips (every SQL command sent: statements, commits, rollbacks, and on a
+server the driver's BEGIN and the pool's pre-ping at each check-out). A round claims, marks and
+settles ``--concurrency`` rows at a time (a wave), so the SQL per delivery falls as it grows.
 
     .venv/bin/python bench/notifications.py --messages 10000 --backend postgresql
     .venv/bin/python bench/notifications.py --messages 10000 --backend postgresql --mode loop
@@ -67,7 +70,9 @@ COLUMNS = [("backend", "database"), ("mode", "rounds"), ("messages", "messages")
            ("round_rate", "deliveries / s in a round (per node)"), ("first_after_s", "first after end s"),
            ("drained_after_s", "last after end s"), ("sent", "sent"), ("raw_duplicates", "raw duplicates"),
            ("effect_duplicates", "duplicate effects"), ("lost", "lost"), ("dead_unknown", "dead / unknown"),
-           ("statements_per_delivery", "statements / delivery"), ("sql_commands_per_delivery", "all SQL / delivery"),
+           ("statements_per_delivery", "statements / delivery"),
+           ("transactions_per_delivery", "transactions / delivery"),
+           ("sql_commands_per_delivery", "round trips / delivery"),
            ("cpu_s", "CPU s / node")]
 TERMINAL = ("sent", "dead", "unknown", "discarded")
 

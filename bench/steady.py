@@ -6,6 +6,10 @@ per execution, and how much the journal and the logs grew per occurrence (bytes:
 ``pg_total_relation_size``, MySQL ``data_length + index_length`` after ANALYZE, SQLite pages in
 ``dbstat``; indexes included, and dead row versions not yet vacuumed too -- that is real growth).
 
+First it measures this host's ceiling on the same database (bench/limits.py, ``--ceiling-s``
+seconds per operation; 0 skips it) and prints the run's executions per second as a percentage of
+the one-transaction ceiling, with the machine and the commit.
+
 Honest timing: the test-only DB clock offset (``HAI_TEST_DB_CLOCK_OFFSET_MS``) is used once,
 to put the nodes ``--lead-s`` seconds before a minute boundary; after that the clock runs at
 its real pace, so a 10-minute run takes about 10 minutes. Each task's cron lists exactly the
@@ -21,21 +25,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from typing import Any
 
+import limits
 from _common import (
     MINUTE_MS,
     Target,
     add_common_args,
     base_parser,
     fetch,
-    finish,
     kill_all,
     next_boundary,
     offset_for,
     prepare,
+    print_table,
     register_tasks,
+    report_failures,
     run_on_targets,
     scalar,
     spawn,
@@ -54,6 +61,7 @@ from scheduler_core.model import TaskDefinition
 COLUMNS = [("backend", "database"), ("tasks", "tasks"), ("minutes", "minutes"), ("occurrences", "occurrences"),
            ("missing", "missing"), ("duplicates", "duplicates"), ("skipped", "skipped"),
            ("lateness_p50_ms", "lateness p50 ms"), ("lateness_p99_ms", "p99 ms"), ("lateness_max_ms", "max ms"),
+           ("executions_per_s", "executions / s"), ("ceiling_share", "% of ceiling"),
            ("statements_per_execution", "statements / execution"),
            ("transactions_per_execution", "transactions / execution"),
            ("sql_commands_per_execution", "all SQL commands / execution"),
@@ -78,7 +86,19 @@ def _span(low: int, high: int) -> str:
 
 
 def measure(target: Target, count: int, minutes: int, node_count: int, lead_s: float,
-            concurrency: int, handler_ms: tuple[int, int] | None = None) -> dict[str, Any]:
+            concurrency: int, handler_ms: tuple[int, int] | None = None, ceiling_s: float = 0) -> dict[str, Any]:
+    ceiling = limits.measure(target.url, ceiling_s) if ceiling_s > 0 else None  # same host, same database
+    if ceiling is not None:
+        print(limits.ceiling_line({"backend": target.label, **ceiling}), file=sys.stderr, flush=True)
+    result = _measure(target, count, minutes, node_count, lead_s, concurrency, handler_ms)
+    if ceiling is not None:
+        result["ceiling"] = ceiling
+        result["ceiling_share"] = limits.share(result["executions_per_s"], ceiling["one_tx_per_s"])
+    return result
+
+
+def _measure(target: Target, count: int, minutes: int, node_count: int, lead_s: float,
+             concurrency: int, handler_ms: tuple[int, int] | None) -> dict[str, Any]:
     engine = prepare(target.url)
     try:
         first = next_boundary(engine, 0)  # the minute field only; the real first boundary comes below
@@ -128,6 +148,7 @@ def summarise(engine: Any, kind: str, first: int, last: int, count: int, minutes
         "skipped": sum(1 for r in in_window if r.status == "skipped"),
         "statuses": {s: sum(1 for r in rows if r.status == s) for s in sorted({r.status for r in rows})},
         "lateness_p50_ms": late["p50"], "lateness_p99_ms": late["p99"], "lateness_max_ms": late["max"],
+        "executions_per_s": round(len(lateness) / (minutes * 60), 1),  # the load carried, over the run
         "statements_per_execution": sql["statements"], "transactions_per_execution": sql["transactions"],
         "sql_commands_per_execution": sql["sql_commands"],
         "cpu_s_per_minute": [round(s["cpu_ms"] / 1000 / wall_min, 2) for s in stats],
@@ -165,12 +186,26 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="max_concurrency per node")
     parser.add_argument("--handler-ms", type=_range, default=None, metavar="LOW-HIGH",
                         help="slow handlers: each task takes a fixed time in this range (e.g. 1000-4000)")
+    parser.add_argument("--ceiling-s", type=float, default=2.0,
+                        help="first measure this host's ceiling (bench/limits.py), this many seconds per operation; "
+                             "0 skips it")
     args = parser.parse_args()
+    facts = limits.machine()
     rows = run_on_targets(args, parser, "steady", lambda target: measure(
-        target, args.tasks, args.minutes, args.nodes, args.lead_s, args.concurrency, args.handler_ms))
+        target, args.tasks, args.minutes, args.nodes, args.lead_s, args.concurrency, args.handler_ms,
+        args.ceiling_s))
     title = (f"Steady state: {args.tasks:,} tasks every minute for {args.minutes} minutes, "
-             f"{args.nodes} nodes (lateness = first attempt start - scheduled minute, DB clock)")
-    finish(COLUMNS, rows, title, args.json)
+             f"{args.nodes} nodes (lateness = first attempt start - scheduled minute, DB clock; "
+             f"% of ceiling = executions / s over the run against bench/limits.py's one-transaction ceiling)")
+    print_table(COLUMNS, rows, title)
+    print(f"\n{limits.machine_line(facts)}")
+    for row in rows:
+        if "ceiling" in row:
+            print(limits.ceiling_line({"backend": row["backend"], **row["ceiling"]}))
+    if args.json:
+        for row in rows:
+            print(json.dumps({**row, "machine": facts}))
+    report_failures(rows)
 
 
 if __name__ == "__main__":

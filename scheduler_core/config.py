@@ -29,6 +29,9 @@ class SchedulerConfig:
     max_queued: int = 2  # prefetch: claimed executions that may wait for a free thread; 0..100000
     max_logs: int | None = None  # retention: keep at most this many log rows; None = unlimited
     retention_days: int | None = None  # retention: drop log rows older than this; None = forever
+    # journal retention: finished occurrences unchanged this long leave the journal with their
+    # logs (keyed manual triggers after max(this, 30) days); 8..36500, None = keep forever
+    journal_retention_days: int | None = 30
     heartbeat_interval_ms: int = 10_000  # node row refresh for the dashboard; 1000..3600000
     auto_migrate: bool = True  # init() applies pending schema migrations (under a DB lock)
     missed_lookback_ms: int = 86_400_000  # a gap in the cluster's ticks is journaled this far back; 60000..604800000
@@ -42,6 +45,8 @@ class SchedulerConfig:
         check_int(self.max_queued, "max_queued", 0, 100_000)
         check_optional_int(self.max_logs, "max_logs", 1, 1_000_000_000)
         check_optional_int(self.retention_days, "retention_days", 1, 36_500)
+        # at least 8: a gap scan or catch-up reaches 7 days back and must still find the rows it journaled
+        check_optional_int(self.journal_retention_days, "journal_retention_days", 8, 36_500)
         check_int(self.heartbeat_interval_ms, "heartbeat_interval_ms", 1_000, 3_600_000)
         check_bool(self.auto_migrate, "auto_migrate")
         check_int(self.missed_lookback_ms, "missed_lookback_ms", 60_000, 7 * 86_400_000)

@@ -19,7 +19,15 @@ from scheduler_core.reach.base import Delivery, FailureClass, Provider, Rendered
 from scheduler_core.reach.config import DndConfig, backoff_ms
 from scheduler_core.reach.dnd import in_window, window_end_ms
 from scheduler_core.statuses import DeliveryResolution, QueueStatus
-from scheduler_core.store.reach_queue import DeadSet, QueuedMessage, QueueEntry, QueueFilter, QueueRepository
+from scheduler_core.store.reach_queue import (
+    DeadSet,
+    QueuedMessage,
+    QueueEntry,
+    QueueFilter,
+    QueueRepository,
+    Settlement,
+)
+from scheduler_core.store.transactions import HeldConnection
 from scheduler_core.validation import (
     ID_MAX,
     PAGE_LIMIT,
@@ -35,6 +43,8 @@ logger = logging.getLogger("scheduler_core.reach.queue")
 ROUND_LIMIT = 100
 _COUNTER = {"sent": "sent", "pending": "retried", "dead": "dead", "unknown": "unknown"}
 SEND_TIMEOUT_MS = 30_000
+SKIPPED_RETRIES = 5  # empty claims a round retries while due rows are locked by others
+_pause = threading.Event().wait  # a relative wait that also behaves under libfaketime
 
 
 LAST_ERROR_MAX = 300
@@ -97,84 +107,96 @@ class DeliveryRounds:
         self.concurrency = concurrency
 
     def run(self, urgent_only: bool = False) -> RoundReport:
-        """One round; ``urgent_only`` (do-not-disturb): only messages marked urgent are claimed."""
+        """One round: waves of up to ``concurrency`` rows until ``ROUND_LIMIT`` are claimed or
+        nothing is due. Each wave is one claim, one mark-sending, the sends at once, one settle
+        (docs/semantics.md, "Notifications"). ``urgent_only`` (do-not-disturb): only messages
+        marked urgent are claimed."""
         recovered = self.recover_expired()
         eligible_at = self.repo.now()  # fixed for the round
         counts = {"claimed": 0, "sent": 0, "retried": 0, "dead": 0, "unknown": 0, "lost": 0}
-        counted = threading.Lock()
-        free = threading.Semaphore(self.concurrency)
-
-        def send(message: QueuedMessage, token: str) -> None:
-            try:
-                outcome = self._deliver(message, token)
-            except Exception:  # a database failure mid-delivery: the row's lease runs out and
-                # recovery settles it (retry before sending; unknown or retry after)
-                logger.warning("queue %s: delivery failed; recovery settles it", message.entry.queue_id,
-                               exc_info=True)
-                outcome = "lost"
-            finally:
-                free.release()
-            with counted:
-                counts[_COUNTER.get(outcome, "lost")] += 1
-
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="hai-reach-send") as senders:
-            for _ in range(ROUND_LIMIT):
-                free.acquire()  # claim only for a free sender: a claimed row never waits
-                token = str(uuid.uuid4())
-                try:
-                    message = self.repo.claim_next(eligible_at, token, urgent_only)
-                except BaseException:
-                    free.release()
-                    raise  # the senders at work finish first (the pool's exit waits for them)
-                if message is None:
-                    free.release()
-                    break
-                counts["claimed"] += 1
-                senders.submit(send, message, token)
+        held = HeldConnection(self.repo.engine)  # the round's writes: no pool check-out and pre-ping each
+        try:
+            self._waves(eligible_at, urgent_only, counts, held)
+        finally:
+            held.drop()
         return RoundReport(recovered=recovered, **counts)
 
-    def _deliver(self, message: QueuedMessage, token: str) -> str:
-        entry = message.entry
-        provider = self.providers().get(entry.provider)
-        if provider is None:
-            verdict = _retry_or_dead(entry, "provider_unavailable",
-                                     last_error("provider_unavailable", f"no provider named {entry.provider!r}"))
-            applied = self.repo.settle(entry.queue_id, token, verdict.status, last_failure=verdict.last_failure,
-                                       retry_in_ms=verdict.retry_in_ms, last_error=verdict.last_error)
-            return verdict.status if applied else "lost"
-        if not self.repo.mark_sending(entry.queue_id, token):
-            return "lost"
-        delivery = self._send_keeping_lease(provider, message, token)
-        verdict = decide(delivery, provider.idempotent, entry)
-        applied = self.repo.settle(entry.queue_id, token, verdict.status, message_id=delivery.message_id,
-                                   last_failure=verdict.last_failure, retry_in_ms=verdict.retry_in_ms,
-                                   last_error=verdict.last_error)
-        if not applied:
-            logger.warning("queue %s: lease lost while sending; the recovery of another node settles it",
-                           entry.queue_id)
-        return verdict.status if applied else "lost"
+    def _waves(self, eligible_at: int, urgent_only: bool, counts: dict[str, int], held: HeldConnection) -> None:
+        skipped = 0
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="hai-reach-send") as senders:
+            while counts["claimed"] < ROUND_LIMIT:
+                token = str(uuid.uuid4())
+                wave = self.repo.claim_due(eligible_at, token, min(self.concurrency, ROUND_LIMIT - counts["claimed"]),
+                                           urgent_only, held.get())  # a failure ends the round (run drops held)
+                if not wave:
+                    # due rows another transaction held locked were skipped: look again shortly
+                    # rather than end the round (and wait a minute) while they may be left to us
+                    if skipped < SKIPPED_RETRIES and self.repo.any_due(eligible_at, urgent_only):
+                        skipped += 1
+                        _pause(0.02 * skipped)
+                        continue
+                    break
+                counts["claimed"] += len(wave)
+                try:
+                    outcomes = self._deliver_wave(wave, token, senders, held)
+                except Exception:  # a database failure mid-wave: the leases run out and recovery
+                    # settles the rows (retry before sending; unknown or retry after)
+                    logger.warning("queue wave of %d: delivery failed; recovery settles it", len(wave), exc_info=True)
+                    held.drop()  # the next wave takes a fresh connection
+                    outcomes = ["lost"] * len(wave)
+                for outcome in outcomes:
+                    counts[_COUNTER.get(outcome, "lost")] += 1
 
-    def _send_keeping_lease(self, provider: Provider, message: QueuedMessage, token: str) -> Delivery:
+    def _deliver_wave(self, wave: list[QueuedMessage], token: str, senders: ThreadPoolExecutor,
+                      held: HeldConnection) -> list[str]:
+        """Send a claimed wave and settle it in one transaction; one outcome per row."""
+        providers = self.providers()
+        verdicts: dict[str, tuple[Verdict, str | None]] = {}
+        sendable = []
+        for message in wave:
+            if message.entry.provider in providers:
+                sendable.append(message)
+            else:
+                unavailable = last_error("provider_unavailable", f"no provider named {message.entry.provider!r}")
+                verdicts[message.entry.queue_id] = (
+                    _retry_or_dead(message.entry, "provider_unavailable", unavailable), None)
+        if sendable:
+            marked = self.repo.mark_sending_many([m.entry.queue_id for m in sendable], token, held.get())
+            sendable = [m for m in sendable if m.entry.queue_id in marked]  # the others were lost: not sent
+        if sendable:
+            for message, delivery in zip(sendable, self._send_keeping_lease(providers, sendable, token, senders),
+                                         strict=True):
+                provider = providers[message.entry.provider]
+                verdicts[message.entry.queue_id] = (decide(delivery, provider.idempotent, message.entry),
+                                                    delivery.message_id)
+        applied = self.repo.settle_many(token, [
+            Settlement(queue_id, verdict.status, message_id, verdict.last_failure, verdict.retry_in_ms,
+                       verdict.last_error)
+            for queue_id, (verdict, message_id) in verdicts.items()], held.get()) if verdicts else set()
+        if len(applied) < len(verdicts):
+            logger.warning("queue: %d of a wave's leases lost while sending; recovery settles them",
+                           len(verdicts) - len(applied))
+        return [verdicts[m.entry.queue_id][0].status if m.entry.queue_id in applied else "lost" for m in wave]
+
+    def _send_keeping_lease(self, providers: dict[str, Provider], wave: list[QueuedMessage], token: str,
+                            senders: ThreadPoolExecutor) -> list[Delivery]:
+        """Send every message of the wave at once, renewing the wave's leases meanwhile."""
         done = threading.Event()
         interval = max(self.repo.lease_ms / 3000, 0.2)
 
         def keep_alive() -> None:
             while not done.wait(interval):
                 try:
-                    if not self.repo.renew(message.entry.queue_id, token):
+                    if not self.repo.renew_claim(token):
                         return
                 except Exception:
-                    logger.warning("queue %s: lease renewal failed", message.entry.queue_id, exc_info=True)
+                    logger.warning("queue: lease renewal failed", exc_info=True)
 
         renewer = threading.Thread(target=keep_alive, name="hai-reach-renew", daemon=True)
         renewer.start()
         try:
-            key = message.entry.queue_id if provider.idempotent else None
-            rendered = RenderedMessage(message.recipient, message.subject, message.body, message.extra)
-            return provider.send(rendered, key, SEND_TIMEOUT_MS)
-        except Exception as exc:  # a provider bug: the request may have gone out
-            return Delivery(sent=False, failure_class="transient_failure", started=True,
-                            error=f"provider error: {type(exc).__name__}")
+            sends = [senders.submit(_send, providers[m.entry.provider], m) for m in wave]
+            return [sent.result() for sent in sends]
         finally:
             done.set()
             renewer.join()
@@ -194,6 +216,16 @@ class DeliveryRounds:
             settled += self.repo.recover(message, verdict.status, verdict.last_failure, verdict.retry_in_ms,
                                          verdict.last_error)
         return settled
+
+
+def _send(provider: Provider, message: QueuedMessage) -> Delivery:
+    try:
+        key = message.entry.queue_id if provider.idempotent else None
+        rendered = RenderedMessage(message.recipient, message.subject, message.body, message.extra)
+        return provider.send(rendered, key, SEND_TIMEOUT_MS)
+    except Exception as exc:  # a provider bug: the request may have gone out
+        return Delivery(sent=False, failure_class="transient_failure", started=True,
+                        error=f"provider error: {type(exc).__name__}")
 
 
 QUEUE_STATUSES = tuple(QueueStatus)

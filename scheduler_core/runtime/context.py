@@ -14,6 +14,7 @@ from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.leases import DbClockEstimate, LeaseKeeper
 from scheduler_core.store import ExecutionRepository, LogRepository, NodeRepository, TaskRepository
 from scheduler_core.store.handoff import HandoffRepository
+from scheduler_core.store.retention import JournalRetention
 
 if TYPE_CHECKING:
     from scheduler_core.runtime.runner import Runner
@@ -30,6 +31,7 @@ class RuntimeContext:
         self.logs = logs
         self.handoff = HandoffRepository(executions)  # queued and missed rows
         self.nodes = NodeRepository(executions.engine)
+        self.journal_retention = JournalRetention(executions.engine)
         self.executors = executors
         self.hooks = hooks  # replaced whole by set_hooks / clear_hooks
         self.clock = DbClockEstimate()

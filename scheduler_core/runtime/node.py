@@ -37,6 +37,7 @@ MAX_PREFETCH = 1_000
 PACE_WEIGHT = 0.1  # of the newest run in the moving average
 BOUNDARY_MARGIN_MS = 2  # wake this much after a minute begins (DB clock), so that it has begun
 RETENTION_EVERY_S = 600
+JOURNAL_BATCHES_PER_TICK = 4  # journal retention batches (500 rows each) one tick runs at most
 
 
 class Node:
@@ -54,6 +55,8 @@ class Node:
         self._last_heartbeat = 0.0
         self._last_tick_ms: int | None = None  # the previous tick's duration (node clock)
         self._last_retention = time.monotonic()
+        self._last_journal_retention = time.monotonic()
+        self._journal_backlog = False  # the last journal retention pass stopped with rows still due
         self._tick_lock = threading.Lock()
         self._pooled: set[Runner] = set()  # handed to the pool, not yet settled
         self._pooled_lock = threading.Lock()
@@ -425,6 +428,18 @@ class Node:
                 self.ctx.logs.prune(config.max_logs, config.retention_days)
             except Exception:
                 logger.warning("log retention failed (logs kept)", exc_info=True)
+        if config.journal_retention_days and (self._journal_backlog
+                                              or now - self._last_journal_retention >= RETENTION_EVERY_S):
+            # a few short batches per tick (the tick waits for them); while more are due, the
+            # next tick goes on, so a backlog drains at JOURNAL_BATCHES_PER_TICK batches a tick
+            self._last_journal_retention = now
+            self._journal_backlog = False
+            try:
+                pruned = self.ctx.journal_retention.prune(config.journal_retention_days,
+                                                          max_batches=JOURNAL_BATCHES_PER_TICK)
+                self._journal_backlog = pruned.more
+            except Exception:
+                logger.warning("journal retention failed (rows kept)", exc_info=True)
 
 
 def claimed_execution(r: ClaimRequest, node_id: str) -> Execution:

@@ -42,6 +42,7 @@ from scheduler_core.store import (
     TaskRepository,
 )
 from scheduler_core.store.handoff import Missed
+from scheduler_core.store.retention import PruneResult
 from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
 TRIGGER_POLL_S = 0.2
@@ -386,6 +387,16 @@ class Scheduler:
         if config.max_logs is None and config.retention_days is None:
             return 0
         return self.context().logs.prune(config.max_logs, config.retention_days)
+
+    def prune_journal(self) -> PruneResult:
+        """Apply journal retention (``journal_retention_days``) now: finished occurrences
+        unchanged that long, and their attempt logs, leave in batches (docs/semantics.md,
+        "Journal retention"). The node also does this about every ten minutes, and there a
+        failure only warns. Nothing happens when the setting is None."""
+        days = self._config.journal_retention_days
+        if days is None:
+            return PruneResult()
+        return self.context().journal_retention.prune(days, max_batches=1_000_000)
 
     def get_logs(self, task_id: str | None = None, status: str | None = None, trigger_source: str | None = None,
                  started_after: int | None = None, started_before: int | None = None, limit: int = 50,

@@ -11,13 +11,13 @@ batch of terminal commits inside their own transaction (``project_logs`` called 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import ColumnElement, Select
 
 from scheduler_core.db.clock import db_now_ms, optional_ms
 from scheduler_core.db.engine import dialect_kind
@@ -26,6 +26,8 @@ from scheduler_core.errors import LogPersistFailedError
 from scheduler_core.model import Attempt, Execution, ExecutionLog
 from scheduler_core.store.dialect import Batch, StatementCache, insert_ignore_many
 from scheduler_core.store.transactions import read, write
+
+PRUNE_BATCH = 5_000  # log rows one retention transaction deletes at most (a short lock, however many are due)
 
 _COMPARED = ("occurrence_id", "task_id", "trigger", "source", "status", "sequence", "attempt", "node_id",
              "started_at", "finished_at", "duration_ms", "error", "result")
@@ -152,25 +154,40 @@ class LogRepository:
     def prune(self, max_logs: int | None, retention_days: int | None) -> int:
         """Delete log rows beyond ``max_logs`` (newest kept) or older than ``retention_days``.
 
-        Only the log table changes; the journal keeps every attempt. Returns rows deleted.
+        Only the log table changes; the journal keeps every attempt. The rows go ``PRUNE_BATCH``
+        per transaction (a short lock each, however many are due), until a batch comes back
+        short. Returns rows deleted.
         """
+        deleted = 0
+        if retention_days is not None:
+            deleted += self._delete_batches(lambda: logs.c.started_at < db_now_ms() - retention_days * 86_400_000)
+        if max_logs is not None:
+            boundary = read(self.engine, lambda conn: conn.execute(
+                select(logs.c.started_at, logs.c.id).order_by(logs.c.started_at.desc(), logs.c.id.desc())
+                .offset(max_logs).limit(1)).first())
+            if boundary is not None:
+                at, last_id = boundary[0], boundary[1]
+                deleted += self._delete_batches(lambda: (logs.c.started_at < at) | (
+                    (logs.c.started_at == at) & (logs.c.id <= last_id)))
+        return deleted
 
-        def work(conn: Connection) -> int:
-            deleted = 0
-            if retention_days is not None:
-                cutoff = db_now_ms() - retention_days * 86_400_000
-                deleted += conn.execute(delete(logs).where(logs.c.started_at < cutoff)).rowcount
-            if max_logs is not None:
-                boundary = conn.execute(select(logs.c.started_at, logs.c.id)
-                                        .order_by(logs.c.started_at.desc(), logs.c.id.desc())
-                                        .offset(max_logs).limit(1)).first()
-                if boundary is not None:
-                    deleted += conn.execute(delete(logs).where(
-                        (logs.c.started_at < boundary[0])
-                        | ((logs.c.started_at == boundary[0]) & (logs.c.id <= boundary[1])))).rowcount
-            return deleted
+    def _delete_batches(self, condition: Callable[[], ColumnElement[bool]]) -> int:
+        """DELETE the rows matching ``condition``, at most ``PRUNE_BATCH`` per transaction
+        (MySQL: ``DELETE ... LIMIT``; elsewhere by primary key from a limited subquery)."""
+        deleted = 0
+        while True:
+            def work(conn: Connection) -> int:
+                if dialect_kind(conn) == "mysql":
+                    statement = delete(logs).where(condition()).with_dialect_options(mysql_limit=PRUNE_BATCH)
+                else:
+                    statement = delete(logs).where(logs.c.id.in_(
+                        select(logs.c.id).where(condition()).limit(PRUNE_BATCH).scalar_subquery()))
+                return int(conn.execute(statement).rowcount)
 
-        return write(self.engine, work)
+            batch = write(self.engine, work)
+            deleted += batch
+            if batch < PRUNE_BATCH:
+                return deleted
 
     def count(self) -> int:
         return int(read(self.engine, lambda conn: conn.execute(select(func.count()).select_from(logs)).scalar_one()))

@@ -9,21 +9,20 @@ conditional write reports whether it applied (0 rows: the caller lost).
 from __future__ import annotations
 
 import builtins
-import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import BigInteger, and_, case, func, literal, null, or_, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql import ColumnElement
 
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import reach_queue
+from scheduler_core.errors import DatabaseError
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.transactions import one_row, read, write
-
-CLAIM_READS = 50  # reads of the due rows one claim makes at most while others take them first
 
 OWNED_STATUSES = ("processing", "sending")
 
@@ -74,6 +73,26 @@ def _entry(row: Row[Any]) -> QueueEntry:
         updated_at=to_ms(d["updated_at"], "updated_at"), last_error=d["last_error"])
 
 
+@dataclass(frozen=True)
+class Settlement:
+    """An owner's final word on one claimed row (see ``QueueRepository.settle_many``)."""
+
+    queue_id: str
+    status: str  # sent | dead | unknown | pending
+    message_id: str | None = None  # the provider's id of a sent message (None: unchanged)
+    last_failure: str | None = None  # the failure class (None: cleared)
+    retry_in_ms: int | None = None  # pending: next attempt this long after now (DB clock)
+    last_error: str | None = None  # what went wrong: "<class>: <short masked message>" (None: cleared)
+
+
+def _claimed(row: Row[Any], token: str, locked_until: int, at: int) -> QueuedMessage:
+    """A row read by a claim, as the claim's UPDATE left it (same values, computed alike)."""
+    message = _message(row)
+    entry = replace(message.entry, status="processing", attempt_count=message.entry.attempt_count + 1,
+                    locked_until=locked_until, updated_at=max(at, message.entry.updated_at + 1))
+    return replace(message, entry=entry, lock_token=token)
+
+
 def _message(row: Row[Any]) -> QueuedMessage:
     d = row._mapping
     return QueuedMessage(_entry(row), d["lock_token"], d["recipient"], d["subject"], d["body"], dict(d["extra"] or {}))
@@ -107,96 +126,154 @@ class QueueRepository:
 
         write(self.engine, work)
 
-    # --- a round's claims and the owner's writes ------------------------------------------
+    # --- a round's claims and the owner's writes, a wave of rows at a time ----------------------
 
-    def claim_next(self, eligible_at: int, token: str, urgent_only: bool = False) -> QueuedMessage | None:
-        """Claim one ``pending`` row due at ``eligible_at`` (fixed per round): status
-        ``processing``, our token, a lease, ``attempt_count + 1`` (counted at claim, so a crash
-        after it still uses up the attempt). None when nothing is due.
+    def claim_due(self, eligible_at: int, token: str, limit: int, urgent_only: bool = False,
+                  conn: Connection | None = None) -> list[QueuedMessage]:
+        """Claim up to ``limit`` ``pending`` rows due at ``eligible_at`` (fixed per round), the
+        oldest first, in one transaction of two statements: status ``processing``, ``token`` (one
+        token for the whole wave), ``locked_by``, a lease, ``attempt_count + 1`` (counted at claim,
+        so a crash after it still uses up the attempt). An empty list: nothing is due.
 
-        The oldest few due rows are tried in a random order, so that nodes draining one backlog
-        mostly try different rows; when other claimers took every one of them meanwhile, the
-        due rows are read again -- a round ends only when nothing is due, never because it lost
-        a race (it would then wait for the next minute while the backlog is left to the others)."""
-        due = (select(reach_queue.c.queue_id)
-               .where(reach_queue.c.status == "pending", reach_queue.c.next_attempt_at <= eligible_at)
-               .order_by(reach_queue.c.next_attempt_at, reach_queue.c.queue_id).limit(8))
+        The first statement reads the rows with ``FOR UPDATE SKIP LOCKED`` and the DB clock:
+        concurrent claimers lock disjoint rows and never wait on each other, so a round ends only
+        when nothing is due, never because it lost a race (SQLite: BEGIN IMMEDIATE serialises
+        claimers). The lease ``locked_until = that reading + lease`` and the new ``updated_at``
+        (``max(reading, updated_at + 1)``) are computed in the UPDATE from the same reading, so
+        the returned messages carry exactly what was written. ``conn``: a connection the caller
+        keeps between transactions (a round's), else one from the pool."""
+        def work(conn: Connection) -> list[QueuedMessage]:
+            now = db_now_ms().label("claim_now")
+            due = (select(reach_queue, now)
+                   .where(reach_queue.c.status == "pending", reach_queue.c.next_attempt_at <= eligible_at)
+                   .order_by(reach_queue.c.next_attempt_at, reach_queue.c.queue_id).limit(limit))
+            if urgent_only:
+                due = due.where(reach_queue.c.urgent.is_(True))
+            if dialect_kind(conn) != "sqlite":
+                due = due.with_for_update(skip_locked=True)
+            rows = conn.execute(due).all()
+            if not rows:
+                return []
+            at = to_ms(rows[0]._mapping["claim_now"], "db_now_ms")
+            ids = [row._mapping["queue_id"] for row in rows]
+            claimed = conn.execute(update(reach_queue).where(
+                reach_queue.c.queue_id.in_(ids), reach_queue.c.status == "pending",
+            ).values(status="processing", lock_token=token, locked_by=self.node_id, locked_until=at + self.lease_ms,
+                     attempt_count=reach_queue.c.attempt_count + 1,
+                     updated_at=greatest(conn, literal(at, BigInteger()), reach_queue.c.updated_at + 1))).rowcount
+            if claimed != len(ids):  # the rows are locked (servers) or the writer is alone (SQLite)
+                raise DatabaseError(f"claim changed {claimed} of {len(ids)} locked rows; rolled back")
+            return [_claimed(row, token, at + self.lease_ms, at) for row in rows]
+
+        return write(conn or self.engine, work)
+
+    def any_due(self, eligible_at: int, urgent_only: bool = False) -> bool:
+        """Whether a ``pending`` row is due at ``eligible_at`` (a plain read: it sees rows that
+        another claimer holds locked, uncommitted, and that ``claim_due`` skipped)."""
+        due = select(reach_queue.c.queue_id).where(reach_queue.c.status == "pending",
+                                                   reach_queue.c.next_attempt_at <= eligible_at).limit(1)
         if urgent_only:
             due = due.where(reach_queue.c.urgent.is_(True))
-        for _ in range(CLAIM_READS):
-            candidates: list[str] = read(self.engine, lambda conn: list(conn.execute(due).scalars()))
-            if not candidates:
-                return None
-            random.shuffle(candidates)
-            for queue_id in candidates:
-                if self._claim(queue_id, eligible_at, token):
-                    return self._claimed(queue_id)
-            # every candidate was claimed by someone else: they are no longer due, read again
-        return None  # lost the race CLAIM_READS times over: the next round tries again
+        return read(self.engine, lambda conn: conn.execute(due).first() is not None)
 
-    def _claimed(self, queue_id: str) -> QueuedMessage:
-        query = select(reach_queue).where(reach_queue.c.queue_id == queue_id)
-        return _message(read(self.engine, lambda conn: conn.execute(query).one()))
+    def claim_next(self, eligible_at: int, token: str, urgent_only: bool = False) -> QueuedMessage | None:
+        """``claim_due`` of one row: the claimed message, or None when nothing is due."""
+        claimed = self.claim_due(eligible_at, token, 1, urgent_only)
+        return claimed[0] if claimed else None
 
-    def _claim(self, queue_id: str, eligible_at: int, token: str) -> bool:
-        def work(conn: Connection) -> bool:
-            return one_row(conn.execute(
-                update(reach_queue)
-                .where(reach_queue.c.queue_id == queue_id, reach_queue.c.status == "pending",
-                       reach_queue.c.next_attempt_at <= eligible_at)
-                .values(status="processing", lock_token=token, locked_by=self.node_id,
-                        locked_until=db_now_ms() + self.lease_ms, attempt_count=reach_queue.c.attempt_count + 1,
-                        updated_at=self._touch(conn))))
-
-        return write(self.engine, work)
-
-    def _owned(self, queue_id: str, token: str, status: str | tuple[str, ...]) -> Any:
-        statuses = (status,) if isinstance(status, str) else status
-        return and_(reach_queue.c.queue_id == queue_id, reach_queue.c.lock_token == token,
+    def _owned_by(self, ids: builtins.list[str], token: str, statuses: tuple[str, ...]) -> Any:
+        """Still ours: one of ``ids``, our token, in ``statuses``, lease unexpired (DB clock, now)."""
+        return and_(reach_queue.c.queue_id.in_(ids), reach_queue.c.lock_token == token,
                     reach_queue.c.status.in_(statuses), reach_queue.c.locked_until > db_now_ms())
 
-    @staticmethod
-    def _lock(conn: Connection, queue_id: str) -> None:
-        if dialect_kind(conn) != "sqlite":  # see ExecutionRepository._lock_rows
-            conn.execute(select(reach_queue.c.queue_id).where(reach_queue.c.queue_id == queue_id).with_for_update())
+    def _owner_write(self, ids: builtins.list[str], token: str, statuses: tuple[str, ...],
+                     values: Callable[[Connection], dict[str, Any]], bind: Connection | None = None) -> set[str]:
+        """An owner's lease-checked UPDATE of ``ids`` in one transaction; the ids it changed.
+
+        The rows are locked first (servers; in queue-id order, so concurrent lockers queue
+        alike): PostgreSQL would otherwise evaluate the lease before a lock wait and let a
+        deadline that passed during the wait go unnoticed (see ExecutionRepository._lock_rows).
+        The changed ids come from RETURNING; on MySQL from the row count, or when some rows did
+        not match, from ``updated_at`` read under the lock before and after (only our write
+        can change a row we hold locked)."""
+        if not ids:
+            return set()
+        ordered = sorted(set(ids))
+
+        def work(conn: Connection) -> set[str]:
+            kind = dialect_kind(conn)
+            before: dict[str, Any] = {}
+            if kind != "sqlite":
+                before = {row[0]: row[1] for row in conn.execute(
+                    select(reach_queue.c.queue_id, reach_queue.c.updated_at)
+                    .where(reach_queue.c.queue_id.in_(ordered)).order_by(reach_queue.c.queue_id).with_for_update())}
+            statement = update(reach_queue).where(self._owned_by(ordered, token, statuses)).values(**values(conn))
+            if kind != "mysql":
+                return set(conn.execute(statement.returning(reach_queue.c.queue_id)).scalars())
+            matched = conn.execute(statement).rowcount
+            if matched in (0, len(ordered)):
+                return set(ordered) if matched else set()
+            after = {row[0]: row[1] for row in conn.execute(
+                select(reach_queue.c.queue_id, reach_queue.c.updated_at).where(reach_queue.c.queue_id.in_(ordered)))}
+            return {i for i in ordered if after.get(i) != before.get(i)}
+
+        return write(bind or self.engine, work)
+
+    def mark_sending_many(self, ids: builtins.list[str], token: str, conn: Connection | None = None) -> set[str]:
+        """processing -> sending for a wave, written right before its provider calls (lease
+        extended); the ids still ours (the others must not be sent)."""
+        return self._owner_write(ids, token, ("processing",), lambda c: {
+            "status": "sending", "locked_until": db_now_ms() + self.lease_ms, "updated_at": self._touch(c)},
+            conn)
 
     def mark_sending(self, queue_id: str, token: str) -> bool:
-        """processing -> sending, written before the provider is called (and the lease extended)."""
+        return queue_id in self.mark_sending_many([queue_id], token)
 
-        def work(conn: Connection) -> bool:
-            self._lock(conn, queue_id)
-            return one_row(conn.execute(update(reach_queue).where(self._owned(queue_id, token, "processing"))
-                                .values(status="sending", locked_until=db_now_ms() + self.lease_ms,
-                                        updated_at=self._touch(conn))))
-
-        return write(self.engine, work)
+    def renew_claim(self, token: str) -> int:
+        """Extend the lease of every row still ours under ``token``; how many were extended."""
+        return int(write(self.engine, lambda conn: conn.execute(update(reach_queue).where(
+            reach_queue.c.lock_token == token, reach_queue.c.status.in_(OWNED_STATUSES),
+            reach_queue.c.locked_until > db_now_ms()).values(locked_until=db_now_ms() + self.lease_ms)).rowcount))
 
     def renew(self, queue_id: str, token: str) -> bool:
         def work(conn: Connection) -> bool:
-            return one_row(conn.execute(update(reach_queue).where(self._owned(queue_id, token, OWNED_STATUSES))
+            return one_row(conn.execute(update(reach_queue).where(self._owned_by([queue_id], token, OWNED_STATUSES))
                                 .values(locked_until=db_now_ms() + self.lease_ms)))
 
         return write(self.engine, work)
 
+    def settle_many(self, token: str, settlements: builtins.list[Settlement],
+                    conn: Connection | None = None) -> set[str]:
+        """The owner's final word on the rows of a wave, in one transaction: each row's status
+        (sent / dead / unknown, or back to pending with ``next_attempt_at = now + retry_in_ms``),
+        ``last_failure`` and ``last_error``, ``message_id`` when given; lease and token cleared. Applies to each row
+        only while its lease holds; returns the ids it applied to."""
+        by_id = {s.queue_id: s for s in settlements}
+        key = reach_queue.c.queue_id
+
+        def per_row(name: str, kept: Any, sql: Callable[[Any], Any] = lambda v: v) -> Any:
+            """Each row's value of ``name`` (``kept``: the column unchanged where none is given);
+            one value, not a CASE, when every row gets the same."""
+            given = {i: getattr(s, name) for i, s in by_id.items() if getattr(s, name) is not None}
+            if not given:
+                return kept
+            if len(given) == len(by_id) and len(set(given.values())) == 1:
+                return sql(next(iter(given.values())))
+            return case({i: sql(v) for i, v in given.items()}, value=key, else_=kept)
+
+        return self._owner_write(list(by_id), token, OWNED_STATUSES, lambda c: {
+            "status": per_row("status", reach_queue.c.status), "lock_token": None, "locked_until": None,
+            "last_failure": per_row("last_failure", null()),  # None clears it
+            "last_error": per_row("last_error", null()),  # None clears it
+            "message_id": per_row("message_id", reach_queue.c.message_id),
+            "next_attempt_at": per_row("retry_in_ms", reach_queue.c.next_attempt_at, lambda v: db_now_ms() + v),
+            "updated_at": self._touch(c)}, conn)
+
     def settle(self, queue_id: str, token: str, status: str, *, message_id: str | None = None,
                last_failure: str | None = None, retry_in_ms: int | None = None, last_error: str | None = None) -> bool:
-        """The owner's final word on a claim: sent / dead / unknown, or back to pending with
-        ``next_attempt_at = now + retry_in_ms``. Applies only while the lease holds. Sets
-        ``last_failure`` and ``last_error`` as given (None clears them: a sent message has none)."""
-
-        def work(conn: Connection) -> bool:
-            self._lock(conn, queue_id)
-            values: dict[str, Any] = {"status": status, "lock_token": None, "locked_until": None,
-                                      "last_failure": last_failure, "last_error": last_error,
-                                      "updated_at": self._touch(conn)}
-            if message_id is not None:
-                values["message_id"] = message_id
-            if retry_in_ms is not None:
-                values["next_attempt_at"] = db_now_ms() + retry_in_ms
-            return one_row(conn.execute(update(reach_queue).where(self._owned(queue_id, token, OWNED_STATUSES))
-                                .values(**values)))
-
-        return write(self.engine, work)
+        """``settle_many`` of one row."""
+        return queue_id in self.settle_many(token, [Settlement(queue_id, status, message_id, last_failure,
+                                                                retry_in_ms, last_error)])
 
     # --- crash recovery -------------------------------------------------------------------------
 

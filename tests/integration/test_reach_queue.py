@@ -14,7 +14,7 @@ from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import ReachConfigError, ReachError
 from scheduler_core.reach.queue import QueueOperations
-from scheduler_core.store.reach_queue import QueueFilter, QueueRepository
+from scheduler_core.store.reach_queue import QueueFilter, QueueRepository, Settlement
 from tests.conftest import TestDatabase
 from tests.helpers.race import race
 
@@ -58,26 +58,75 @@ def test_fixed_eligibility_keeps_a_failed_row_out_of_the_same_round(repo: QueueR
     assert entry is not None and entry.next_attempt_at > eligible_at and entry.last_failure == "transient_failure"
 
 
-def test_a_claim_reads_again_when_others_took_every_candidate(repo: QueueRepository, engine: Engine) -> None:
-    """Another node takes all the due rows this one just read: the claim reads the due rows
-    again and gets the next one, instead of ending its round as if nothing were due."""
+def test_a_wave_claims_the_oldest_due_rows_under_one_token(repo: QueueRepository) -> None:
     due_at = repo.now()
-    first = [_enqueue(repo, not_before=due_at) for _ in range(8)]  # the oldest: the rows read first
-    later = _enqueue(repo, not_before=due_at + 1)
-    other = QueueRepository(engine, "node-b", 1_000)
-    claim = repo._claim
+    oldest = [_enqueue(repo, not_before=due_at - 10 + i) for i in range(3)]
+    _enqueue(repo, not_before=due_at - 1)
+    _enqueue(repo, not_before=due_at + 60_000)  # not due in this round
+    wave = repo.claim_due(due_at, "tok-w", 3)
+    assert [m.entry.queue_id for m in wave] == oldest
+    assert {(m.lock_token, m.entry.status, m.entry.attempt_count) for m in wave} == {("tok-w", "processing", 1)}
+    for message in wave:  # the returned entry is exactly what the claim wrote
+        assert repo.get(message.entry.queue_id) == message.entry
+    assert len(repo.claim_due(due_at, "tok-v", 10)) == 1 and repo.claim_due(due_at, "tok-u", 10) == []
+
+
+def test_concurrent_claimers_take_disjoint_rows_and_together_all(repo: QueueRepository, engine: Engine) -> None:
+    """Four nodes claim waves of the same backlog at once: no row twice, none left behind (a
+    claimer never comes back empty-handed while rows are due: SKIP LOCKED on the servers)."""
+    due_at = repo.now()
+    queued = {_enqueue(repo, not_before=due_at) for _ in range(40)}
     taken: list[str] = []
+    guard = threading.Lock()
 
-    def raced(queue_id: str, eligible_at: int, token: str) -> bool:
-        if not taken:  # right after this node read its candidates, node-b claims all of them
-            taken.extend(q for q in first if other._claim(q, eligible_at, f"b-{q}"))
-        return claim(queue_id, eligible_at, token)
+    def claim_until_empty() -> None:
+        node = QueueRepository(engine, f"node-{threading.get_ident()}", 5_000)
+        while wave := node.claim_due(due_at, str(uuid.uuid4()), 3):
+            with guard:
+                taken.extend(m.entry.queue_id for m in wave)
 
-    repo._claim = raced  # type: ignore[method-assign]
-    message = repo.claim_next(due_at + 1, "tok-a")
-    assert sorted(taken) == sorted(first)
-    assert message is not None and message.entry.queue_id == later
-    assert repo.claim_next(due_at + 1, "tok-a2") is None  # now nothing is due
+    assert race(claim_until_empty, Exception) == ["won"] * 4
+    assert sorted(taken) == sorted(queued)
+
+
+def test_a_claim_skips_rows_another_transaction_holds(server_database: TestDatabase) -> None:
+    """The oldest due rows are locked by another claimer's open transaction: a claim takes the
+    next due rows at once, neither waiting for the lock nor ending its round empty."""
+    engine = create_engine(server_database.url)
+    try:
+        repo = QueueRepository(engine, "node-a", 1_000)
+        due_at = repo.now()
+        first = [_enqueue(repo, not_before=due_at - 5) for _ in range(3)]
+        later = _enqueue(repo, not_before=due_at)
+        with engine.connect() as locker:
+            locker.begin()
+            for queue_id in first:  # by primary key, one by one: a scan of this tiny table would lock every row
+                locker.execute(text("SELECT queue_id FROM reach_queue WHERE queue_id = :q FOR UPDATE"), {"q": queue_id})
+            wave = repo.claim_due(due_at, "tok", 10)
+            locker.rollback()
+        assert [m.entry.queue_id for m in wave] == [later]
+        assert sorted(m.entry.queue_id for m in repo.claim_due(due_at, "tok-2", 10)) == sorted(first)
+    finally:
+        close_engine(engine)
+
+
+def test_a_wave_settles_each_row_with_its_own_verdict(repo: QueueRepository, engine: Engine) -> None:
+    """One settle writes different outcomes per row, and skips a row whose lease was lost."""
+    ids = [_enqueue(repo) for _ in range(4)]
+    wave = repo.claim_due(repo.now(), "tok", 4)
+    assert repo.mark_sending_many(ids, "tok") == set(ids)
+    with engine.begin() as conn:  # the last row's lease was taken over meanwhile
+        conn.execute(update(reach_queue).where(reach_queue.c.queue_id == ids[3]).values(lock_token="other"))
+    applied = repo.settle_many("tok", [
+        Settlement(ids[0], "sent", message_id="m-0"), Settlement(ids[1], "pending", None, "transient_failure", 5_000),
+        Settlement(ids[2], "dead", None, "permanent_rejection"), Settlement(ids[3], "sent", message_id="m-3")])
+    assert applied == set(ids[:3]) and len(wave) == 4
+    entries = [repo.get(queue_id) for queue_id in ids]
+    assert [(e.status, e.message_id, e.last_failure, e.locked_until) for e in entries if e] == [
+        ("sent", "m-0", None, None), ("pending", None, "transient_failure", None),
+        ("dead", None, "permanent_rejection", None), ("sending", None, None, entries[3].locked_until if entries[3]
+                                                      else None)]
+    assert entries[1] is not None and entries[1].next_attempt_at >= entries[1].updated_at + 4_000
 
 
 def test_a_delayed_message_waits_for_its_time(repo: QueueRepository) -> None:
