@@ -29,6 +29,7 @@ from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
 from webapp.first_start import bootstrap_admin, secret_key
+from webapp.forms import posted
 from webapp.metrics import install as install_metrics
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
 
@@ -103,6 +104,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     auth.install(app)
     install_metrics(app)  # /metrics: no login, its own token or address allow-list
     app.add_template_filter(_iso, "iso")
+    app.add_template_global(posted, "posted")  # refused forms keep what was typed
     return app
 
 
