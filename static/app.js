@@ -166,13 +166,29 @@
     nodes.forEach(fn);
   }
 
-  // The name of a table's box: its caption, else the heading of its section, else the page's.
+  // The heading the reader last passed before `el` (document order), if any.
+  function precedingHeading(el) {
+    for (var node = el; node && node !== document.body; node = node.parentElement) {
+      for (var sib = node.previousElementSibling; sib; sib = sib.previousElementSibling) {
+        if (/^H[1-3]$/.test(sib.tagName)) return sib;
+        var inner = sib.querySelectorAll("h1, h2, h3");
+        if (inner.length) return inner[inner.length - 1];
+      }
+    }
+    return null;
+  }
+
+  // The name of a table's box: its caption, else the heading above it; unique on the page
+  // (landmarks of one role need distinct names).
   function tableName(wrap) {
-    var caption = wrap.querySelector("caption");
-    var section = wrap.closest("section, .card");
-    var heading = (section && section.querySelector("h2, h3")) || document.querySelector("main h1");
-    var text = (caption || heading || { textContent: "" }).textContent.replace(/\s+/g, " ").trim();
-    return text ? text + " (table)" : "Table";
+    var source = wrap.querySelector("caption") || precedingHeading(wrap);
+    var text = source ? source.textContent.replace(/\s+/g, " ").trim() : "";
+    var name = text ? text + " (table)" : "Table";
+    var taken = function (candidate) {
+      return !!document.querySelector('.table-wrap[aria-label="' + candidate.replace(/["\\]/g, "\\$&") + '"]');
+    };
+    for (var n = 2, base = name; taken(name); n++) name = base + " " + n;
+    return name;
   }
 
   function wrapTables(root) {

@@ -118,6 +118,8 @@ def walk(browser: Any, dashboard: Dashboard, seeded: dict[str, str]) -> Iterator
                     and not m.text.startswith("Failed to load resource") else None)
             page.on("pageerror", lambda error: result.errors.append(str(error)))
             try:
+                page.goto(dashboard("/login"))
+                _check(page, "/login", f"{size}-{scheme}", result)
                 login(page, dashboard)
                 if not result.pages:
                     result.pages = _discover(page, dashboard, ids, result)
@@ -151,7 +153,7 @@ def test_no_serious_accessibility_violation(walk: Walk) -> None:
 
 
 def test_every_page_is_photographed_at_both_sizes_in_both_themes(walk: Walk) -> None:
-    assert len(walk.shots) == len(walk.pages) * len(SIZES) * len(SCHEMES)
+    assert len(walk.shots) == (len(walk.pages) + 1) * len(SIZES) * len(SCHEMES)  # + the login page
     assert all(shot.stat().st_size > 0 for shot in walk.shots)
     assert not walk.errors, f"the browser reported errors (CSP violations, script errors): {walk.errors}"
 
