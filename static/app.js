@@ -223,7 +223,7 @@
 
   document.addEventListener("htmx:beforeSwap", function (evt) {
     var config = evt.detail.requestConfig;
-    if (!isPoll((config && config.elt) || evt.target)) return;
+    if (!evt.detail.shouldSwap || !isPoll((config && config.elt) || evt.target)) return;
     var boxes = [];
     each(evt.detail.target, ".table-wrap", function (box) { boxes.push([box.scrollTop, box.scrollLeft]); });
     var focused = document.activeElement;

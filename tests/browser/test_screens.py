@@ -3,8 +3,9 @@ accessibility violation (axe-core, vendored), a screenshot each.
 
 The pages are found, not listed: the walk starts at the overview and follows every same-site
 link (the main navigation, sub-navigation, detail pages), one page per route shape, so a page
-added later is covered as soon as something links to it. The database holds rows that stretch
-pages (tests/browser/seed.py): long ids, long errors, long URLs, a wide audit entry.
+added later is covered as soon as something links to it; the login page and a "not found" page
+are checked too. The database holds rows that stretch pages (tests/browser/seed.py): long ids,
+long errors, long URLs, a wide audit entry. The Logs page's refresh must not move the reader.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ AXE = Path(__file__).parent / "vendor" / "axe.min.js"
 SIZES = {"1366x900": {"width": 1366, "height": 900}, "390x844": {"width": 390, "height": 844}}
 SCHEMES = ("light", "dark")
 # Links the walk does not follow: leaving the dashboard, or answers that are not pages.
+MISSING = "/tasks/view/no-such-task"  # the error page an operator meets after a stale link
 NOT_PAGES = re.compile(r"^/(static|metrics|healthz|login|logout|overview/(chart|counters)|notifications/counts)\b")
 
 
@@ -123,7 +125,7 @@ def walk(browser: Any, dashboard: Dashboard, seeded: dict[str, str]) -> Iterator
                 login(page, dashboard)
                 if not result.pages:
                     result.pages = _discover(page, dashboard, ids, result)
-                for path in result.pages:
+                for path in [*result.pages, MISSING]:
                     page.goto(dashboard(path))
                     _check(page, path, f"{size}-{scheme}", result)
             finally:
@@ -153,7 +155,8 @@ def test_no_serious_accessibility_violation(walk: Walk) -> None:
 
 
 def test_every_page_is_photographed_at_both_sizes_in_both_themes(walk: Walk) -> None:
-    assert len(walk.shots) == (len(walk.pages) + 1) * len(SIZES) * len(SCHEMES)  # + the login page
+    # + the login page and a "not found" page
+    assert len(walk.shots) == (len(walk.pages) + 2) * len(SIZES) * len(SCHEMES)
     assert all(shot.stat().st_size > 0 for shot in walk.shots)
     assert not walk.errors, f"the browser reported errors (CSP violations, script errors): {walk.errors}"
 
