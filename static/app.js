@@ -260,4 +260,9 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () { focusFirstError(document); });
+  // A boosted form (hx-boost) comes back by a swap, not a page load: the same after a refused post.
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    var config = evt.detail.requestConfig;
+    if (config && String(config.verb).toLowerCase() === "post") focusFirstError(document);
+  });
 })();

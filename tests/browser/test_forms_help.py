@@ -113,3 +113,16 @@ def test_disabling_a_user_asks_once(page: Any, dashboard: Dashboard) -> None:
         assert user is not None and user.disabled
     finally:
         close_engine(engine)
+
+
+def test_a_refused_boosted_form_focuses_its_first_error(page: Any, dashboard: Dashboard) -> None:
+    """The new-user form posts through htmx (hx-boost): the answer is swapped in, not loaded."""
+    login(page, dashboard)
+    page.goto(dashboard("/users/new"))
+    page.get_by_label("Name").fill("day-shift")
+    page.get_by_label("Password", exact=True).fill("day shift pw 1")
+    page.get_by_label("Password again").fill("day shift pw 2")
+    page.get_by_role("button", name="Create").click()
+    page.locator("#new-confirm[aria-invalid='true']").wait_for()
+    assert page.evaluate("document.activeElement.id") == "new-confirm"
+    assert page.get_by_label("Name").input_value() == "day-shift"
