@@ -193,3 +193,41 @@ def test_the_logs_refresh_keeps_the_reader_in_place(browser: Any, dashboard: Das
         assert after["height"] <= after["content"] + 1, after
     finally:
         context.close()
+
+
+def _luminance(rgb: str) -> float:
+    channels = [int(c) / 255 for c in re.findall(r"\d+", rgb)[:3]]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def _contrast(a: str, b: str) -> float:
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_keyboard_focus_ring_stands_out_in_both_themes(browser: Any, dashboard: Dashboard, scheme: str) -> None:
+    """axe does not judge focus rings: the outline must reach 3:1 against what it is drawn on
+    (WCAG 1.4.11), on a page's surface and on the top bar."""
+    context = browser.new_context(viewport=SIZES["1366x900"], color_scheme=scheme)
+    try:
+        page = context.new_page()
+        login(page, dashboard)
+        page.goto(dashboard("/tasks/"))
+        colours = page.evaluate("""() => {
+            const ring = el => {
+                el.focus({focusVisible: true});
+                const style = getComputedStyle(el);
+                return style.outlineStyle === 'none' ? 'no ring' : style.outlineColor;
+            };
+            const field = document.querySelector('main input[type="search"], main input:not([type="hidden"])');
+            const link = document.querySelector('nav[aria-label="Main"] a');
+            return {field: ring(field), surface: getComputedStyle(document.body).backgroundColor,
+                    link: ring(link), bar: getComputedStyle(document.querySelector('.topbar')).backgroundColor};
+        }""")
+        assert "no ring" not in colours.values(), colours
+        assert _contrast(colours["field"], colours["surface"]) >= 3, colours
+        assert _contrast(colours["link"], colours["bar"]) >= 3, colours
+    finally:
+        context.close()
