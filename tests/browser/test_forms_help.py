@@ -124,5 +124,6 @@ def test_a_refused_boosted_form_focuses_its_first_error(page: Any, dashboard: Da
     page.get_by_label("Password again").fill("day shift pw 2")
     page.get_by_role("button", name="Create").click()
     page.locator("#new-confirm[aria-invalid='true']").wait_for()
-    assert page.evaluate("document.activeElement.id") == "new-confirm"
+    # htmx settles the swap a moment after it (then app.js moves the focus): wait for it, bounded.
+    page.wait_for_function("document.activeElement && document.activeElement.id === 'new-confirm'", timeout=5_000)
     assert page.get_by_label("Name").input_value() == "day-shift"
