@@ -8,7 +8,10 @@
  *       other htmx errors are shown as a flash message instead of nothing;
  *   (c) <time datetime="...UTC..."> shown in the viewer's zone, zone named, UTC on hover
  *       (the server writes them all through webapp/timefmt.py: UTC, named);
- *   (d) confirmation for elements carrying data-confirm="message".
+ *   (d) confirmation for elements carrying data-confirm="message";
+ *   (e) every table scrolls inside its own box (.table-wrap), reachable by keyboard;
+ *   (f) a refresh swap (the Logs page's 5-second poll) keeps the reader where they were;
+ *   (g) after a refused form, focus goes to the first field with an error.
  * The pages work without this file: plain forms carry a hidden csrf_token and
  * <time> elements already show the UTC value rendered by the server.
  */
@@ -178,5 +181,114 @@
     if (evt.defaultPrevented) return;
     var message = confirmMessage(evt.target, evt);
     if (message && !window.confirm(message)) evt.preventDefault();
+  });
+
+  /* ---- (e) wide tables scroll inside their own box ---------------------------- */
+
+  function each(root, selector, fn) {
+    var scope = root && root.querySelectorAll ? root : document;
+    var nodes = Array.prototype.slice.call(scope.querySelectorAll(selector));
+    if (scope.matches && scope.matches(selector)) nodes.unshift(scope);
+    nodes.forEach(fn);
+  }
+
+  // The heading the reader last passed before `el` (document order), if any.
+  function precedingHeading(el) {
+    for (var node = el; node && node !== document.body; node = node.parentElement) {
+      for (var sib = node.previousElementSibling; sib; sib = sib.previousElementSibling) {
+        if (/^H[1-3]$/.test(sib.tagName)) return sib;
+        var inner = sib.querySelectorAll("h1, h2, h3");
+        if (inner.length) return inner[inner.length - 1];
+      }
+    }
+    return null;
+  }
+
+  // The name of a table's box: its caption, else the heading above it; unique on the page
+  // (landmarks of one role need distinct names).
+  function tableName(wrap) {
+    var source = wrap.querySelector("caption") || precedingHeading(wrap);
+    var text = source ? source.textContent.replace(/\s+/g, " ").trim() : "";
+    var name = text ? text + " (table)" : "Table";
+    var taken = function (candidate) {
+      return !!document.querySelector('.table-wrap[aria-label="' + candidate.replace(/["\\]/g, "\\$&") + '"]');
+    };
+    for (var n = 2, base = name; taken(name); n++) name = base + " " + n;
+    return name;
+  }
+
+  function wrapTables(root) {
+    each(root, "main table", function (table) {
+      if (table.closest(".table-wrap")) return;
+      var wrap = document.createElement("div");
+      wrap.className = "table-wrap";
+      table.parentNode.insertBefore(wrap, table);
+      wrap.appendChild(table);
+    });
+    // A box that scrolls must be reachable by keyboard (arrow keys scroll it) and say what it holds.
+    each(root, ".table-wrap", function (wrap) {
+      if (wrap.hasAttribute("tabindex")) return;
+      wrap.setAttribute("tabindex", "0");
+      wrap.setAttribute("role", "region");
+      wrap.setAttribute("aria-label", tableName(wrap));
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { wrapTables(document); });
+  document.addEventListener("htmx:load", function (evt) { wrapTables(evt.detail && evt.detail.elt); });
+
+  /* ---- (f) refreshes keep the reader in place ---------------------------------- */
+
+  // A poll (hx-trigger "every ...") replaces content the operator may be reading: keep the page's
+  // and every scrolled box's position, and the focus, across the swap.
+  var kept = null;
+
+  function isPoll(elt) {
+    return !!(elt && elt.getAttribute && /\bevery\b/.test(elt.getAttribute("hx-trigger") || ""));
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    var config = evt.detail.requestConfig;
+    if (!evt.detail.shouldSwap || !isPoll((config && config.elt) || evt.target)) return;
+    var boxes = [];
+    each(evt.detail.target, ".table-wrap", function (box) { boxes.push([box.scrollTop, box.scrollLeft]); });
+    var focused = document.activeElement;
+    kept = { x: window.scrollX, y: window.scrollY, boxes: boxes,
+             focus: focused && focused.id ? focused.id : null,
+             height: document.documentElement.scrollHeight };
+    // Hold the page's height while the old rows go and the new ones come in.
+    document.body.style.minHeight = kept.height + "px";
+  });
+
+  document.addEventListener("htmx:afterSwap", function (evt) {
+    if (!kept) return;
+    var state = kept;
+    kept = null;
+    var index = 0;
+    each(evt.detail.target, ".table-wrap", function (box) {
+      var at = state.boxes[index++];
+      if (at) { box.scrollTop = at[0]; box.scrollLeft = at[1]; }
+    });
+    document.body.style.minHeight = "";
+    window.scrollTo(state.x, state.y);
+    var focus = state.focus && document.getElementById(state.focus);
+    if (focus && document.activeElement !== focus) focus.focus({ preventScroll: true });
+  });
+
+  /* ---- (g) focus the first error ------------------------------------------------- */
+
+  // A page re-rendered after a refused form marks the bad fields aria-invalid; the operator
+  // starts at the first of them (the message is tied to it by aria-describedby).
+  function focusFirstError(root) {
+    var scope = root && root.querySelector ? root : document;
+    var field = scope.querySelector("main form [aria-invalid='true']");
+    if (field && typeof field.focus === "function") field.focus();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { focusFirstError(document); });
+  // A boosted form (hx-boost) comes back by a swap, not a page load: the same after a refused post.
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    var config = evt.detail.requestConfig;
+    if (config && String(config.verb).toLowerCase() === "post") focusFirstError(document);
   });
 })();

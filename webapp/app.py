@@ -32,6 +32,7 @@ from webapp import runs as run_history
 from webapp.api import bp as api_blueprint
 from webapp.evidence import install as install_evidence
 from webapp.first_start import bootstrap_admin, secret_key
+from webapp.forms import posted
 from webapp.metrics import install as install_metrics
 from webapp.node import NODE_CONCURRENCY, accounts_of, make_reach, make_scheduler, reach_config
 from webapp.timefmt import install as install_time_filters
@@ -115,5 +116,6 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     install_metrics(app)  # /metrics: no login, its own token or address allow-list
     install_time_filters(app)
     install_evidence(app)
+    app.add_template_global(posted, "posted")  # refused forms keep what was typed
     return app
 

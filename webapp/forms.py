@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from urllib.parse import unquote
 
 from flask import request
 
@@ -55,3 +56,12 @@ def review_errors(status: str, outcomes: Sequence[str], reason: str, expected: i
     if expected is None:
         errors[VERSION_FIELD] = "The page is missing the row version; reload it."
     return errors
+
+
+def posted(action: str, name: str) -> str:
+    """What the request being answered posted in field ``name``, when it is the POST of the form
+    whose action is ``action`` (else ""): a page re-rendered after a refused form shows the
+    operator's choices and text again, on that form only. A template global."""
+    if request.method != "POST" or unquote(action) != request.script_root + request.path:
+        return ""
+    return request.form.get(name, "")

@@ -7,7 +7,9 @@ whose ConfigError.field is mapped back onto the form field here.
 
 Secrets: the form shows definitions masked (``task.masked()``) and never sends a stored
 secret to the browser. A masked value sent back means "keep the stored one"
-(``restore_masked``); a form re-rendered after an error masks what was typed, too.
+(``restore_masked``). A form re-rendered after an error shows exactly what was posted in that
+request, so the operator never types a secret twice; ``values`` only ever hold a stored
+definition masked or the text just posted, never a stored secret restored.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from typing import Any
 
 from scheduler_core.errors import ConfigError, InvalidCronError, SchedulerError, TaskAlreadyExistsError
 from scheduler_core.executors.http import METHODS
-from scheduler_core.masking import MASK, is_secret_name, mask_url, mask_values
 from scheduler_core.model import RetryPolicy, TaskDefinition
 from scheduler_core.runtime.task_operations import restore_masked
 
@@ -52,7 +53,7 @@ def error_text(exc: SchedulerError) -> str:
     message = exc.message
     core_field = getattr(exc, "field", None)
     if isinstance(exc, InvalidCronError):
-        return message.removeprefix("cron: ")
+        return cron_error(message)
     if core_field is None:
         return message
     shown = _FIELD_OF.get(core_field)
@@ -61,9 +62,14 @@ def error_text(exc: SchedulerError) -> str:
     return message.removeprefix("handler.").removeprefix("retry.")
 
 
+def cron_error(message: str) -> str:
+    """A cron error as the form shows it, naming the field as its label does."""
+    return "Cron expression: " + message.removeprefix("cron: ")
+
+
 @dataclass
 class TaskForm:
-    """What the form shows (always masked) and the errors next to its fields."""
+    """What the form shows (a stored task masked, or what was just posted) and the errors next to its fields."""
 
     values: dict[str, str]
     checks: dict[str, bool]
@@ -107,15 +113,6 @@ class TaskForm:
             self.errors["cron"] = error_text(exc)
         else:
             self.errors.setdefault(form_field(getattr(exc, "field", "") or ""), error_text(exc))
-
-    def masked(self) -> TaskForm:
-        """This form as it may be shown again: secrets typed into it are masked."""
-        values = dict(self.values)
-        values["url"] = mask_url(values["url"].strip())
-        values["headers"] = "\n".join(_mask_header_line(line) for line in values["headers"].splitlines())
-        for name in ("params", "body"):
-            values[name] = _masked_json_text(values[name])
-        return TaskForm(values, dict(self.checks), dict(self.errors))
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -229,20 +226,4 @@ def _header_lines(headers: Mapping[str, Any]) -> str:
     return "\n".join(f"{name}: {value}" for name, value in headers.items())
 
 
-def _mask_header_line(line: str) -> str:
-    name, colon, value = line.partition(":")
-    if colon and value.strip() and is_secret_name(name.strip()):
-        return f"{name.strip()}: {MASK}"
-    return line
-
-
-def _masked_json_text(text: str) -> str:
-    try:
-        value = json.loads(text) if text.strip() else None
-    except ValueError:
-        return text  # not stored as it is, so it holds no stored secret; shown back to be fixed
-    masked = mask_values(value)
-    return text if masked == value else _json_text(masked)
-
-
-__all__ = ["CODE_KINDS", "CODE_REFUSED", "FORM_KINDS", "METHODS", "TaskForm", "error_text", "form_field"]
+__all__ = ["CODE_KINDS", "CODE_REFUSED", "FORM_KINDS", "METHODS", "TaskForm", "cron_error", "error_text", "form_field"]

@@ -32,7 +32,7 @@ from webapp.auth import require_role
 from webapp.forms import posted_version, whole_number
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
-from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm
+from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm, cron_error
 
 bp = Blueprint("tasks", __name__, url_prefix="/tasks")
 PAGE = 50
@@ -119,7 +119,7 @@ def _preview(cron: str, timezone: str) -> dict[str, Any]:
         return {"preview": scheduler_of(current_app).task_ops.preview(cron, timezone.strip() or None),
                 "preview_error": None}
     except InvalidCronError as exc:
-        return {"preview": None, "preview_error": exc.message.removeprefix("cron: ")}
+        return {"preview": None, "preview_error": cron_error(exc.message)}
     except ConfigError as exc:
         return {"preview": None, "preview_error": exc.message}
 
@@ -128,9 +128,10 @@ def _preview(cron: str, timezone: str) -> dict[str, Any]:
 
 
 def _render_form(form: TaskForm, task: TaskDefinition | None, status: int = 200) -> ResponseReturnValue:
-    shown = form.masked()
-    return render_template("tasks/form.html", form=shown, task=task, methods=METHODS,
-                           zones=_zone_names(), **_preview(shown.values["cron"], shown.values["timezone"])), status
+    # ``form`` is a stored task masked (TaskForm.from_task) or what this request posted: shown as it
+    # is, so a secret just typed survives an error and a stored one is never sent.
+    return render_template("tasks/form.html", form=form, task=task, methods=METHODS,
+                           zones=_zone_names(), **_preview(form.values["cron"], form.values["timezone"])), status
 
 
 @lru_cache(maxsize=1)

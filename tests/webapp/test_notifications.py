@@ -300,6 +300,8 @@ def test_resolve_unknown_as_sent_with_message_id(app: Flask, client: FlaskClient
     with_id = _post(client, path, status="discarded", message_id="m-1", reason="x",
                     expected_updated_at=entry.updated_at)
     assert with_id.status_code == 400 and "only goes with" in _text(with_id)
+    card = _text(with_id).split(queue_id, 1)[1]  # the refused card keeps what was chosen and typed
+    assert 'value="discarded" checked' in card and 'value="m-1"' in card and ">x</textarea>" in card
     stale = _post(client, path, status="sent", reason="seen in the provider console",
                   expected_updated_at=entry.updated_at - 1)
     assert stale.status_code == 303 and "changed since the page was loaded" in _text(client.get(
