@@ -393,19 +393,7 @@ def test_an_idle_tick_is_one_statement_and_one_round_trip(engine: Engine, make_n
     node = make_node(heartbeat_interval_ms=3_600_000)  # the heartbeat is measured by bench/idle.py
     for i in range(20):
         node.register(TaskDefinition(id=f"idle-{i}", name=f"Idle {i}", cron="0 0 1 1 *"))
-    ticks: list[int] = []
-    node.add_tick_listener(ticks.append)
-    node.start()
-    deadline = time.monotonic() + 20
-    while len(ticks) < 3:  # past start-up: the first tick loads the definitions
-        assert time.monotonic() < deadline, "the node does not tick"
-        time.sleep(0.02)
-    counted.clear()
-    first = len(ticks)
-    while len(ticks) < first + 10:
-        assert time.monotonic() < deadline, "the node does not tick"
-        time.sleep(0.02)
-    measured_ticks, statements = len(ticks) - first, list(counted)
+    measured_ticks, statements = _idle_ticks(node, counted, lambda: True)
     # An idle tick is one statement on the node's held autocommit connection: no check-out
     # (pre-ping), BEGIN, COMMIT or ROLLBACK around it. A tick caught mid-way adds at most one.
     assert len(statements) <= measured_ticks + 1, statements
@@ -459,14 +447,15 @@ def test_alert_rules_add_one_round_trip_to_an_idle_tick(engine: Engine, make_nod
         reach.close()
 
 
-def _measure_idle_ticks_with_alerts(node: Any, reach: Any, counted: list[str]) -> None:
+def _idle_ticks(node: Any, counted: list[str], settled: Any) -> tuple[int, list[str]]:
+    """Start ``node``, wait past start-up and until ``settled()``, then count what 10 ticks send
+    (measured again when the window crossed a minute, whose first tick does a minute's work)."""
     ticks: list[int] = []
     node.add_tick_listener(ticks.append)
     node.start()
     deadline = time.monotonic() + 90
-    for _ in range(3):  # a window that crosses a minute meets the minute's delivery round: measure again
-        # past start-up (the first scan and the minute's delivery round)
-        while len(ticks) < 5 or reach._round_lock.locked() or reach._alert_lock.locked():
+    for _ in range(3):
+        while len(ticks) < 5 or not settled():  # past start-up: the first tick loads the definitions
             assert time.monotonic() < deadline, "the node does not tick"
             time.sleep(0.02)
         counted.clear()
@@ -474,9 +463,15 @@ def _measure_idle_ticks_with_alerts(node: Any, reach: Any, counted: list[str]) -
         while len(ticks) < first + 10:
             assert time.monotonic() < deadline, "the node does not tick"
             time.sleep(0.02)
-        measured_ticks, statements = len(ticks) - first, list(counted)
+        measured = (len(ticks) - first, list(counted))
         if ticks[first - 1] // 60_000 == ticks[-1] // 60_000:
             break
+    return measured
+
+
+def _measure_idle_ticks_with_alerts(node: Any, reach: Any, counted: list[str]) -> None:
+    measured_ticks, statements = _idle_ticks(  # past the first scan and the minute's delivery round
+        node, counted, lambda: not (reach._round_lock.locked() or reach._alert_lock.locked()))
     # the tick's own statement and the alerts' probe; a tick caught mid-way adds at most two
     kinds = Counter(" ".join(s.split())[:40] + " .. " + " ".join(s.split())[-50:] for s in statements)
     assert len(statements) <= 2 * measured_ticks + 2, "\n".join(f"{n} x {k}" for k, n in kinds.items())
