@@ -19,14 +19,8 @@ from scheduler_core.reach.base import Delivery, FailureClass, Provider, Rendered
 from scheduler_core.reach.config import DndConfig, backoff_ms
 from scheduler_core.reach.dnd import in_window, window_end_ms
 from scheduler_core.statuses import DeliveryResolution, QueueStatus
-from scheduler_core.store.reach_queue import (
-    DeadSet,
-    QueuedMessage,
-    QueueEntry,
-    QueueFilter,
-    QueueRepository,
-    Settlement,
-)
+from scheduler_core.store.reach_queue import QueuedMessage, QueueRepository, Settlement
+from scheduler_core.store.reach_queue_pages import DeadSet, QueueEntry, QueueFilter
 from scheduler_core.store.transactions import HeldConnection
 from scheduler_core.validation import (
     ID_MAX,

@@ -15,7 +15,8 @@ from sqlalchemy.engine import Engine
 from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFoundError
 from scheduler_core.reach import Reach
 from scheduler_core.reach.queue import SETTLE_GRACE_MS, BulkPreview
-from scheduler_core.store.reach_queue import QueueFilter, QueueRepository
+from scheduler_core.store.reach_queue import QueueRepository
+from scheduler_core.store.reach_queue_pages import QueueFilter
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.http_server import RecordingServer
 

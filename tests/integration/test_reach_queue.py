@@ -14,7 +14,8 @@ from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import ReachConfigError, ReachError
 from scheduler_core.reach.queue import QueueOperations
-from scheduler_core.store.reach_queue import QueueFilter, QueueRepository, Settlement
+from scheduler_core.store.reach_queue import QueueRepository, Settlement
+from scheduler_core.store.reach_queue_pages import QueueFilter
 from tests.conftest import TestDatabase
 from tests.helpers.race import race
 

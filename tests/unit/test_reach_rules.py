@@ -13,7 +13,7 @@ from scheduler_core.reach.config import DndConfig, QueuePolicy, ReachConfig, bac
 from scheduler_core.reach.dnd import in_window, window_end_ms
 from scheduler_core.reach.queue import decide
 from scheduler_core.reach.templates import render
-from scheduler_core.store.reach_queue import QueueEntry
+from scheduler_core.store.reach_queue_pages import QueueEntry
 
 
 def _ms(text: str) -> int:

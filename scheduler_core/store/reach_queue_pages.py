@@ -1,0 +1,217 @@
+"""The notification queue as the operator sees it: entries (safe metadata, never a body or a
+recipient), counts, keyset pages of a filtered list, bulk requeue of dead letters, and the
+verdicts (requeue a dead letter, resolve an unknown one), each a compare-and-set on the row's
+version. ``QueueRepository`` (reach_queue.py) adds the writers: enqueue, claim, owners' writes.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.sql import ColumnElement
+
+from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
+from scheduler_core.db.tables import reach_queue
+from scheduler_core.store.dialect import greatest
+from scheduler_core.store.transactions import one_row, read, write
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """Safe metadata of a queued message: never its body or recipient."""
+
+    queue_id: str
+    provider: str
+    template: str | None
+    status: str  # pending | processing | sending | sent | unknown | dead | discarded
+    attempt_count: int
+    max_attempts: int
+    retry_delay_ms: int
+    max_retry_delay_ms: int
+    next_attempt_at: int
+    locked_until: int | None
+    last_failure: str | None
+    message_id: str | None
+    created_at: int
+    updated_at: int
+    last_error: str | None = None  # what went wrong last: "<class>: <short masked message>" (migration 0012)
+
+
+def entry_from_row(row: Row[Any]) -> QueueEntry:
+    d = row._mapping
+    return QueueEntry(
+        queue_id=d["queue_id"], provider=d["provider"], template=d["template"], status=d["status"],
+        attempt_count=int(d["attempt_count"]), max_attempts=int(d["max_attempts"]),
+        retry_delay_ms=to_ms(d["retry_delay_ms"], "retry_delay_ms"),
+        max_retry_delay_ms=to_ms(d["max_retry_delay_ms"], "max_retry_delay_ms"),
+        next_attempt_at=to_ms(d["next_attempt_at"], "next_attempt_at"),
+        locked_until=optional_ms(d["locked_until"], "locked_until"), last_failure=d["last_failure"],
+        message_id=d["message_id"], created_at=to_ms(d["created_at"], "created_at"),
+        updated_at=to_ms(d["updated_at"], "updated_at"), last_error=d["last_error"])
+
+
+class QueuePages:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _touch(self, conn: Connection) -> Any:
+        return greatest(conn, db_now_ms(), reach_queue.c.updated_at + 1)
+
+    # --- operator API -----------------------------------------------------------------------------
+
+    def get(self, queue_id: str) -> QueueEntry | None:
+        query = select(reach_queue).where(reach_queue.c.queue_id == queue_id)
+        row = read(self.engine, lambda conn: conn.execute(query).first())
+        return entry_from_row(row) if row is not None else None
+
+    def count_by_status(self) -> dict[str, int]:
+        query = select(reach_queue.c.status, func.count()).group_by(reach_queue.c.status)
+        return read(self.engine, lambda conn: {row[0]: int(row[1]) for row in conn.execute(query)})
+
+    def list(self, status: str, limit: int, offset: int) -> list[QueueEntry]:
+        query = (select(reach_queue).where(reach_queue.c.status == status)
+                 .order_by(reach_queue.c.updated_at, reach_queue.c.queue_id).limit(limit).offset(offset))
+        return read(self.engine, lambda conn: [entry_from_row(r) for r in conn.execute(query)])
+
+    def requeue_dead(self, queue_id: str, expected_updated_at: int) -> bool:
+        """dead -> pending at the current version only; attempts reset, id and policy kept."""
+
+        def work(conn: Connection) -> bool:
+            return one_row(conn.execute(update(reach_queue).where(
+                reach_queue.c.queue_id == queue_id, reach_queue.c.status == "dead",
+                reach_queue.c.updated_at == expected_updated_at,
+            ).values(status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None, last_error=None,
+                     updated_at=self._touch(conn))))
+
+        return write(self.engine, work)
+
+    def resolve_unknown(self, queue_id: str, status: str, message_id: str | None, resolved_by: str | None,
+                        expected_updated_at: int | None = None) -> bool:
+        """unknown -> sent | discarded (an operator's verdict); exactly one concurrent call wins.
+        With ``expected_updated_at`` it applies only at that version (the page the verdict was made on)."""
+        conditions = [reach_queue.c.queue_id == queue_id, reach_queue.c.status == "unknown"]
+        if expected_updated_at is not None:
+            conditions.append(reach_queue.c.updated_at == expected_updated_at)
+
+        def work(conn: Connection) -> bool:
+            return one_row(conn.execute(update(reach_queue).where(*conditions).values(
+                status=status, message_id=message_id, resolved_by=resolved_by,
+                updated_at=self._touch(conn))))
+
+        return write(self.engine, work)
+
+    # --- dashboard: filtered lists, keyset pages, bulk requeue ---------------------------------
+
+    def count_by_status_capped(self, statuses: tuple[str, ...], cap: int) -> dict[str, int]:
+        """Messages per status, each counted up to ``cap + 1`` rows: a bounded index range scan
+        on (status, ...) per status, however many sent rows have piled up."""
+
+        def work(conn: Connection) -> dict[str, int]:
+            found = {}
+            for status in statuses:
+                capped = select(reach_queue.c.queue_id).where(reach_queue.c.status == status).limit(cap + 1)
+                found[status] = int(conn.execute(select(func.count()).select_from(capped.subquery())).scalar_one())
+            return found
+
+        return read(self.engine, work)
+
+    def browse(self, where: QueueFilter, limit: int, after: tuple[int, str] | None) -> builtins.list[QueueEntry]:
+        """One page of ``where``, newest change first: ORDER BY (updated_at, queue_id) DESC, the
+        rows strictly after the key ``after`` of the previous page's last row (keyset pagination,
+        served by the index on (status, updated_at))."""
+        conditions = [where.condition()]
+        if after is not None:
+            key_at, key_id = after
+            # "<= and (< or <)": the first comparison bounds the index scan, the rest is a filter.
+            conditions.append(and_(reach_queue.c.updated_at <= key_at, or_(
+                reach_queue.c.updated_at < key_at, reach_queue.c.queue_id < key_id)))
+        query = (select(reach_queue).where(*conditions)
+                 .order_by(reach_queue.c.updated_at.desc(), reach_queue.c.queue_id.desc()).limit(limit))
+        return read(self.engine, lambda conn: [entry_from_row(r) for r in conn.execute(query)])
+
+    def capture_dead(self, where: QueueFilter, cutoff: int, at_most: int) -> DeadSet:
+        """The bulk-requeue set of ``where`` (status dead): its oldest ``at_most`` rows changed at or
+        before ``cutoff``, as a bound on (updated_at, queue_id), the count inside it, and whether
+        more rows matched than it takes. Read-only; reads at most ``at_most + 1`` index entries."""
+        base = and_(where.condition(), reach_queue.c.updated_at <= cutoff)
+        edge = (select(reach_queue.c.updated_at, reach_queue.c.queue_id).where(base)
+                .order_by(reach_queue.c.updated_at, reach_queue.c.queue_id).limit(2).offset(at_most - 1))
+
+        def work(conn: Connection) -> DeadSet:
+            rows = conn.execute(edge).all()
+            bound = DeadSet(cutoff, None, 0)
+            if rows:  # more than at_most rows: the set ends at the at_most-th oldest
+                bound = DeadSet(to_ms(rows[0][0], "updated_at"), str(rows[0][1]), 0)
+            inside = select(reach_queue.c.queue_id).where(where.condition(), bound.condition())
+            count = conn.execute(select(func.count()).select_from(inside.subquery())).scalar_one()
+            return DeadSet(bound.bound_at, bound.bound_id, int(count), more=len(rows) > 1)
+
+        return read(self.engine, work)
+
+    def dead_versions(self, where: QueueFilter, bound: DeadSet, after: tuple[int, str] | None,
+                      limit: int) -> builtins.list[tuple[str, int]]:
+        """(queue_id, updated_at) of the rows still inside ``bound``, oldest first, after ``after``."""
+        conditions = [where.condition(), bound.condition()]
+        if after is not None:
+            key_at, key_id = after
+            conditions.append(and_(reach_queue.c.updated_at >= key_at, or_(
+                reach_queue.c.updated_at > key_at, reach_queue.c.queue_id > key_id)))
+        query = (select(reach_queue.c.queue_id, reach_queue.c.updated_at).where(*conditions)
+                 .order_by(reach_queue.c.updated_at, reach_queue.c.queue_id).limit(limit))
+        return read(self.engine, lambda conn: [(str(r[0]), to_ms(r[1], "updated_at")) for r in conn.execute(query)])
+
+    def requeue_dead_versions(self, versions: builtins.list[tuple[str, int]]) -> int:
+        """dead -> pending for each (queue_id, updated_at) still at exactly that version, in one
+        transaction (a compare-and-set per row); returns how many applied. Columns as
+        :meth:`requeue_dead`."""
+        if not versions:
+            return 0
+        matches = or_(*(and_(reach_queue.c.queue_id == queue_id, reach_queue.c.updated_at == version)
+                        for queue_id, version in versions))
+
+        def work(conn: Connection) -> int:
+            return int(conn.execute(update(reach_queue).where(reach_queue.c.status == "dead", matches).values(
+                status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None, last_error=None,
+                updated_at=self._touch(conn))).rowcount)
+
+        return write(self.engine, work)
+
+@dataclass(frozen=True)
+class QueueFilter:
+    """Which rows a dashboard list shows: a status and optional exact matches."""
+
+    status: str
+    provider: str | None = None
+    failure: str | None = None  # last_failure: the failure class
+    template: str | None = None
+
+    def condition(self) -> ColumnElement[bool]:
+        parts = [reach_queue.c.status == self.status]
+        if self.provider is not None:
+            parts.append(reach_queue.c.provider == self.provider)
+        if self.failure is not None:
+            parts.append(reach_queue.c.last_failure == self.failure)
+        if self.template is not None:
+            parts.append(reach_queue.c.template == self.template)
+        return and_(*parts)
+
+
+@dataclass(frozen=True)
+class DeadSet:
+    """A captured bulk-requeue set: rows with (updated_at, queue_id) <= (bound_at, bound_id)
+    (``bound_id`` None: every queue id at bound_at), and how many there were."""
+
+    bound_at: int
+    bound_id: str | None
+    count: int
+    more: bool = False  # more rows matched than the set takes (the oldest are in it)
+
+    def condition(self) -> ColumnElement[bool]:
+        if self.bound_id is None:
+            return reach_queue.c.updated_at <= self.bound_at
+        return and_(reach_queue.c.updated_at <= self.bound_at, or_(
+            reach_queue.c.updated_at < self.bound_at, reach_queue.c.queue_id <= self.bound_id))
