@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,17 +28,12 @@ import pytest
 import requests
 
 from tests.helpers.http_server import RecordingServer
+from tests.helpers.served import free_port
 
 pytestmark = pytest.mark.slow
 CHROMIUM = os.environ.get("HAI_TEST_CHROMIUM", "/usr/bin/chromium")
 ADMIN_PASSWORD = "browser admin pw"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _require_browser() -> None:
@@ -95,7 +89,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
                                        "idempotent": True, "headers": {"Authorization": "Bearer hook-secret-1"}}]}
         (folder / "reach.json").write_text(json.dumps(reach_config))
         database_url = f"sqlite:///{folder}/dashboard.db"
-        port = _free_port()
+        port = free_port()
         env = {**os.environ, "HAI_DATABASE_URL": database_url, "HAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
                "HAI_REACH_CONFIG": str(folder / "reach.json"), "HAI_THREADS": "4"}
         env.pop("HAI_SECRET_KEY", None)

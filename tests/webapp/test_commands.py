@@ -18,6 +18,7 @@ import pytest
 
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.runtime.accounts import Accounts
+from tests.helpers.served import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -33,12 +34,6 @@ def _run(args: list[str], cwd: Path, **settings: str) -> subprocess.CompletedPro
     return subprocess.run([sys.executable, "-m", "webapp.cli", *args], cwd=cwd, env=_environ(**settings),
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
                           start_new_session=True)  # no controlling terminal: nothing can prompt
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _one_line_error(done: subprocess.CompletedProcess[str], field: str) -> str:
@@ -85,7 +80,7 @@ def conf(tmp_path: Path) -> Path:
 def test_serve_refuses_a_bad_setting_before_it_binds(args: list[str], settings: dict[str, str], field: str,
                                                      tmp_path: Path, conf: Path) -> None:
     if "--bind" not in args and field != "HAI_BIND":
-        args = [*args, "--bind", f"127.0.0.1:{_free_port()}"]
+        args = [*args, "--bind", f"127.0.0.1:{free_port()}"]
     values = {name: value.replace("{conf}", str(conf)) for name, value in settings.items()}
     message = _one_line_error(_run(["serve", *args], tmp_path, **values), field)
     if field in ("--bind", "HAI_BIND"):
@@ -119,7 +114,7 @@ def test_node_db_and_create_user_refuse_bad_settings_too(args: list[str], settin
 def test_a_flag_beats_a_bad_variable_in_every_process(tmp_path: Path) -> None:
     """``serve --bind`` with a bad HAI_BIND serves: gunicorn's master reads the settings too, and
     gets the ones serve chose."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--bind", f"127.0.0.1:{port}",
                                "--workers", "1"], cwd=tmp_path, env=_environ(HAI_BIND=":1", HAI_WORKERS="0"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

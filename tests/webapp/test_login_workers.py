@@ -7,12 +7,6 @@ connection, so the two workers share them."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,43 +14,19 @@ import pytest
 import requests
 
 from scheduler_core.runtime.accounts import ADDRESS_LIMIT
+from tests.helpers.served import serve
 
 pytestmark = pytest.mark.slow
 ADMIN_PASSWORD = "first admin pw"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     """The dashboard under gunicorn (2 workers, 2 threads each) behind one trusted proxy."""
-    port = _free_port()
-    env = {**os.environ, "HAI_DATABASE_URL": f"sqlite:///{tmp_path}/served.db", "HAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
+    env = {"HAI_DATABASE_URL": f"sqlite:///{tmp_path}/served.db", "HAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
            "HAI_TRUSTED_PROXIES": "1", "HAI_THREADS": "2"}
-    server = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--bind", f"127.0.0.1:{port}",
-                               "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, cwd=tmp_path)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert server.poll() is None, server.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "gunicorn did not answer"
-            time.sleep(0.2)
+    with serve(tmp_path, env) as base:
         yield base
-    finally:
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=60)
-    assert server.returncode == 0, err[-3000:]
 
 
 def _fresh(client_address: str) -> requests.Session:

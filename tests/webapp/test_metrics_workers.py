@@ -4,10 +4,6 @@ both workers' nodes report their heartbeats and tick durations."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +14,7 @@ import requests
 from scheduler_core import Scheduler, TaskDefinition
 from scheduler_core.db import DatabaseConfig, close_engine, create_engine, upgrade
 from scheduler_core.runtime.metrics import METRIC_NAMES
-from tests.webapp.test_login_workers import _free_port
+from tests.helpers.served import serve
 from tests.webapp.test_metrics import families
 
 pytestmark = pytest.mark.slow
@@ -47,29 +43,10 @@ def _prepare(url: str) -> None:
 def served(tmp_path: Path) -> Iterator[str]:
     url = f"sqlite:///{tmp_path}/served.db"
     _prepare(url)
-    port = _free_port()
-    env = {**os.environ, "HAI_DATABASE_URL": url, "HAI_ADMIN_PASSWORD": "first admin pw", "HAI_THREADS": "2",
+    env = {"HAI_DATABASE_URL": url, "HAI_ADMIN_PASSWORD": "first admin pw", "HAI_THREADS": "2",
            "HAI_METRICS_TOKEN": TOKEN, "HAI_METRICS_ALLOW": "none"}
-    server = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--bind", f"127.0.0.1:{port}",
-                               "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, cwd=tmp_path)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert server.poll() is None, server.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "gunicorn did not answer"
-            time.sleep(0.2)
+    with serve(tmp_path, env) as base:
         yield base
-    finally:
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=60)
-    assert server.returncode == 0, err[-3000:]
 
 
 def _scrape(base: str, token: str | None = TOKEN) -> requests.Response:

@@ -7,7 +7,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from sqlalchemy import select
 
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import nodes
+from tests.helpers.served import free_port
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,12 +31,6 @@ FIRST_ADMIN = re.compile(r"created user 'admin' with password (\S+) \(shown once
 def _cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "webapp.cli", *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **env}, cwd=cwd)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _clean_environ() -> dict[str, str]:
@@ -87,7 +81,7 @@ class Served:
 
 @contextmanager
 def _serving(cwd: Path, env: dict[str, str], workers: int = 2) -> Iterator[Served]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--bind", f"127.0.0.1:{port}",
                                 "--workers", str(workers)], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, cwd=cwd)
