@@ -64,7 +64,8 @@ COLUMNS = [("backend", "database"), ("rows", "journal rows = log rows"), ("grow_
 def _series(kind: str, first: int, last: int) -> str:
     """A row source ``g(n)`` of the integers first..last."""
     if kind == "postgresql":
-        return f"generate_series({first}, {last}) AS g(n)"
+        # bigint: n * 1000 (milliseconds back) passes int4 beyond 2,147,483 rows
+        return f"generate_series({first}::bigint, {last}::bigint) AS g(n)"
     return (f"(WITH RECURSIVE s(n) AS (SELECT {first} UNION ALL SELECT n + 1 FROM s WHERE n < {last}) "
             f"SELECT n FROM s) AS g")
 
