@@ -14,19 +14,23 @@ At each size, with ``--tasks`` registered tasks none of which is due:
 - **list pages**: ``--samples`` reads of the dashboard's first journal page (50 rows, newest
   first), of the journal filtered by status ``failed``, and of the first log page, p95 ms
   (``JournalQueries``, the queries the dashboard runs);
+- **claim and finish**: ``--samples`` times, a claim of 100 due occurrences (journal rows
+  inserted, slots taken: ``ExecutionRepository.claim``, one transaction) and their terminal
+  commit with the log projection (``finish_many``): statements and milliseconds p50 / p95 each;
 - **retention** (with ``--retention``, after the measurements at the larger size): log retention
   (``LogRepository.prune``, ``retention_days``) and journal retention (``JournalRetention.prune``,
   500-row batches) over rows made 40 days old: rows deleted per second.
 
     .venv/bin/python bench/big_tables.py --backend postgresql --rows 100000
     .venv/bin/python bench/big_tables.py --backend sqlite --backend mysql --rows 200000 --retention
-    .venv/bin/python bench/big_tables.py --backend postgresql --rows 10000000 --chunk 500000   # hours
+    .venv/bin/python bench/big_tables.py --backend postgresql --rows 10000000 --chunk 500000   # about 30 min on 2 cores
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+import uuid
 from typing import Any
 
 from _common import (
@@ -47,7 +51,9 @@ from sqlalchemy.engine import Engine
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import close_engine, create_engine, dialect_kind
 from scheduler_core.db.tables import executions, logs
-from scheduler_core.model import TaskDefinition
+from scheduler_core.model import Attempt, TaskDefinition
+from scheduler_core.runtime.node import claimed_execution
+from scheduler_core.store.executions import ClaimRequest, ExecutionRepository, FinishRequest
 from scheduler_core.store.journal_queries import JournalQueries
 from scheduler_core.store.logs import LogFilter, LogRepository
 from scheduler_core.store.retention import JournalRetention
@@ -56,6 +62,9 @@ from scheduler_core.store.transactions import write
 DAY_MS = 86_400_000
 COLUMNS = [("backend", "database"), ("rows", "journal rows = log rows"), ("grow_rows_per_s", "grown rows / s"),
            ("tick_statements", "idle tick statements"), ("tick_p50_ms", "tick p50 ms"), ("tick_p95_ms", "tick p95 ms"),
+           ("claim_statements", "claim x100 statements"), ("claim_p50_ms", "claim x100 p50 ms"),
+           ("claim_p95_ms", "p95 ms"), ("finish_statements", "finish x100 statements"),
+           ("finish_p50_ms", "finish x100 p50 ms"), ("finish_p95_ms", "p95 ms"),
            ("journal_page_p95_ms", "journal page p95 ms"), ("failed_page_p95_ms", "failed page p95 ms"),
            ("log_page_p95_ms", "log page p95 ms"), ("log_prune_rows_per_s", "log retention rows / s"),
            ("journal_prune_rows_per_s", "journal retention rows / s")]
@@ -172,6 +181,56 @@ def pages(engine: Engine, samples: int) -> dict[str, Any]:
     return result
 
 
+def claims(engine: Engine, samples: int, batch: int = 100) -> dict[str, Any]:
+    """A node's claim of ``batch`` due occurrences (journal rows inserted, slots taken, one
+    transaction, as ``Node`` claims a minute's work) and their terminal commit with the log
+    projection (``finish_many``, as the finish group commit writes it), ``samples`` times:
+    statements per claim and per finish, milliseconds p50 / p95 of each."""
+    repo = ExecutionRepository(engine, "big-claims", 60_000)
+    counted = {"statements": 0}
+
+    def count(*_: Any) -> None:
+        counted["statements"] += 1
+
+    claim_ms: list[float] = []
+    finish_ms: list[float] = []
+    statements = {"claim": 0, "finish": 0}
+    run = uuid.uuid4().hex[:8]
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        for sample in range(samples + 1):  # the first one warms up
+            requests = [ClaimRequest(occurrence_id=f"bigclaim-{run}-{sample}-{i}", task_id=f"idle-{i:05d}",
+                                     task_revision=1, trigger="cron", max_attempts=1, token=uuid.uuid4().hex,
+                                     scheduled_minute=0) for i in range(batch)]
+            counted["statements"] = 0
+            began = time.perf_counter()
+            results = repo.claim(requests)
+            took_claim, claim_statements = (time.perf_counter() - began) * 1000, counted["statements"]
+            if sum(r.outcome == "claimed" for r in results) != batch:
+                raise RuntimeError(f"claim sample {sample}: {[r.outcome for r in results][:5]}...")
+            now = db_now(engine)
+            finishes = [FinishRequest(claimed_execution(r, "big-claims"), r.token, "success", None,
+                                      (Attempt(str(uuid.uuid4()), 1, 1, "big-claims", now, now + 1, "success"),),
+                                      True) for r in requests]
+            counted["statements"] = 0
+            began = time.perf_counter()
+            done = repo.finish_many(finishes)
+            took_finish, finish_statements = (time.perf_counter() - began) * 1000, counted["statements"]
+            if len(done.committed) != batch:
+                raise RuntimeError(f"finish sample {sample}: {len(done.committed)} of {batch} committed")
+            if sample:
+                claim_ms.append(took_claim)
+                finish_ms.append(took_finish)
+                statements["claim"] += claim_statements
+                statements["finish"] += finish_statements
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    return {"claim_statements": round(statements["claim"] / samples, 2),
+            "claim_p50_ms": round(statistics.median(claim_ms), 2), "claim_p95_ms": percentile(claim_ms, 0.95),
+            "finish_statements": round(statements["finish"] / samples, 2),
+            "finish_p50_ms": round(statistics.median(finish_ms), 2), "finish_p95_ms": percentile(finish_ms, 0.95)}
+
+
 def retention(engine: Engine, rows: int) -> dict[str, Any]:
     """Age every row 40 days, then time log retention (30 days) and journal retention (30 days)."""
     write(engine, lambda conn: (
@@ -202,7 +261,7 @@ def measure(target: Target, base: int, rows: int, tasks: int, ticks: int, sample
             rate = grow(engine, grown, size, now, chunk)
             grown = size
             row = {"backend": target.label, "rows": size, "grow_rows_per_s": round(rate),
-                   **idle_ticks(target.url, ticks), **pages(engine, samples)}
+                   **idle_ticks(target.url, ticks), **pages(engine, samples), **claims(engine, samples)}
             results.append(row)
         if with_retention:
             results[-1].update(retention(engine, rows))
