@@ -159,7 +159,7 @@ class ExecutionRepository:
             select(executions.c.occurrence_id, executions.c.updated_at)
             .where(batch.one_of(executions.c.occurrence_id, "ids"))
             .order_by(executions.c.occurrence_id).with_for_update()))
-        return {row[0]: row[1] for row in conn.execute(query, batch.params)}
+        return {row[0]: row[1] for row in conn.execute(query, batch.params).all()}
 
     @staticmethod
     def _ownership() -> dict[str, ColumnElement[Any]]:
@@ -185,7 +185,7 @@ class ExecutionRepository:
         """Run an owner's lease-checked UPDATE (with RETURNING, except on MySQL) over locked
         rows; the ids it changed."""
         if dialect_kind(conn) != "mysql":
-            return set(conn.execute(statement, batch.params).scalars())
+            return set(conn.execute(statement, batch.params).scalars().all())
         matched = conn.execute(statement, batch.params).rowcount  # MySQL: rows matched by the WHERE
         if matched == len(ids):
             return set(ids)
@@ -326,10 +326,10 @@ class ExecutionRepository:
                 conn.execute(*self._take_free_slots(conn, {t: first[t] for t in free}))
             seated, unseen = set(free), [t for t in task_ids if t not in rows]  # unseen: locked, or no row
         else:
-            seated = set(conn.execute(*self._take_free_slots(conn, {t: first[t] for t in task_ids})).scalars())
+            seated = set(conn.execute(*self._take_free_slots(conn, {t: first[t] for t in task_ids})).scalars().all())
             unseen = [t for t in task_ids if t not in seated]  # busy, or no row
         if unseen:  # (rarely) no slot row at all: a plain read tells them apart
-            present = set(conn.execute(select(slots.c.task_id).where(slots.c.task_id.in_(unseen))).scalars())
+            present = set(conn.execute(select(slots.c.task_id).where(slots.c.task_id.in_(unseen))).scalars().all())
             missing = [first[t] for t in unseen if t not in present]
             if missing:
                 seated |= self._seat_in_new_slots(conn, missing)

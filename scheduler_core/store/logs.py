@@ -111,7 +111,7 @@ def project_logs(conn: Connection, journaled: Sequence[Execution], cache: Statem
 
     statement = cache.get("mark_persisted", marked) if cache is not None and batch.cacheable else marked()
     if dialect_kind(conn) != "mysql":
-        return set(conn.execute(statement, batch.params).scalars())
+        return set(conn.execute(statement, batch.params).scalars().all())
     if len(ids) == 1:
         return set(ids) if conn.execute(statement, batch.params).rowcount == 1 else set()
     # MySQL, several rows (no UPDATE ... RETURNING): lock the pending ones, then mark exactly those.
