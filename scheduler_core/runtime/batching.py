@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
@@ -25,6 +24,73 @@ RELEASE_S = 0.05  # a flusher with nothing to do for this long gives its connect
 IDLE_EXIT_S = 2.0  # ... and ends after this long (a new submit restarts it)
 
 
+_SETTLING = threading.Lock()  # orders Answer's callback registration against its settling (held briefly)
+
+
+class Answer(Generic[R]):
+    """One request's answer from a group commit: ``result()`` waits for it, ``add_done_callback``
+    runs a function with it once it is there (at once if it is).
+
+    What ``concurrent.futures.Future`` does for this, without its Condition and RLock: each
+    execution waits for three answers (its begin, its terminal commit, and ``Runner.done``, the
+    record), and building those primitives was about 5 % of a node's CPU in a burst
+    (bench/PROFILE.md). One plain lock, taken at creation and released when the answer is set,
+    is what a waiter blocks on.
+    """
+
+    __slots__ = ("_callbacks", "_error", "_ready", "_settled", "_value")
+
+    def __init__(self) -> None:
+        self._ready = threading.Lock()
+        self._ready.acquire()
+        self._settled = False
+        self._value: R | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Answer[R]], object]] = []
+
+    def set_result(self, value: R) -> None:
+        self._settle(value, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def _settle(self, value: R | None, error: BaseException | None) -> None:
+        with _SETTLING:
+            if self._settled:
+                raise RuntimeError("an answer is set once")
+            self._value, self._error, self._settled = value, error, True
+            callbacks, self._callbacks = self._callbacks, []
+        self._ready.release()
+        for callback in callbacks:
+            self._call(callback)
+
+    def add_done_callback(self, callback: Callable[[Answer[R]], object]) -> None:
+        with _SETTLING:
+            if not self._settled:
+                self._callbacks.append(callback)
+                return
+        self._call(callback)
+
+    def _call(self, callback: Callable[[Answer[R]], object]) -> None:
+        try:
+            callback(self)
+        except Exception:  # as Future does: a failing callback must not stop the others
+            logger.exception("a group-commit callback failed")
+
+    def done(self) -> bool:
+        return self._settled
+
+    def result(self, timeout: float | None = None) -> R:
+        """The answer, or its exception raised; TimeoutError if it is not there in ``timeout`` s."""
+        if not self._settled:
+            if not self._ready.acquire(timeout=-1 if timeout is None else timeout):
+                raise TimeoutError("no answer yet")
+            self._ready.release()  # the next waiter passes too
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
 class GroupCommit(Generic[T, R]):
     """Requests from many threads, flushed together on one thread.
 
@@ -39,13 +105,13 @@ class GroupCommit(Generic[T, R]):
         self._flush = flush
         self._max_batch = max_batch
         self._on_idle = on_idle
-        self._queue: list[tuple[T, Future[R]]] = []
+        self._queue: list[tuple[T, Answer[R]]] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._draining = False
 
-    def submit(self, item: T) -> Future[R]:
-        future: Future[R] = Future()
+    def submit(self, item: T) -> Answer[R]:
+        future: Answer[R] = Answer()
         with self._cond:
             self._queue.append((item, future))
             if self._thread is None:
@@ -98,7 +164,7 @@ class GroupCommit(Generic[T, R]):
         with self._cond:
             self._draining = False
 
-    def _run(self, batch: list[tuple[T, Future[R]]]) -> None:
+    def _run(self, batch: list[tuple[T, Answer[R]]]) -> None:
         try:
             results = list(self._flush([item for item, _ in batch]))
             if len(results) != len(batch):

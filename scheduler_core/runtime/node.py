@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -141,7 +140,8 @@ class Node:
             self.pool = None
         with self._pooled_lock:
             pending = [runner.done for runner in self._pooled]
-        futures.wait(pending)
+        for done in pending:
+            done.result()
         try:
             self.nodes.mark_stopped(self.ctx.node_id)
         except Exception:
@@ -165,7 +165,7 @@ class Node:
         snapshot = self._snapshot()
         self.ctx.clock.observe(snapshot.now_ms)
         if snapshot.tasks_version != self._tasks_version:
-            definitions = self.refresh(None)
+            definitions = self.refresh(snapshot.tasks_version)
             self._tasks_version = snapshot.tasks_version
             self.planner.sync(definitions, snapshot.now_ms)
             self._cancel_stale_runners(definitions)

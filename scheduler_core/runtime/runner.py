@@ -8,12 +8,11 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistence, TaskDefinition
-from scheduler_core.runtime.batching import FinishOutcome
+from scheduler_core.runtime.batching import Answer, FinishOutcome
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import definition_problem
 from scheduler_core.statuses import LogPersistenceStatus
@@ -47,7 +46,7 @@ class Runner:
         self.ctx = ctx
         self.owned = owned
         self.signal = CancelSignal()
-        self.done: Future[ExecutionLog] = Future()  # the caller-facing record, once settled
+        self.done: Answer[ExecutionLog] = Answer()  # the caller-facing record, once settled
 
     # --- entry -----------------------------------------------------------------------
 
@@ -222,7 +221,7 @@ class Runner:
         self.ctx.writes.finishes.submit(request).add_done_callback(lambda f: self._finished(request, f))
         return Next.COMMITTING
 
-    def _finished(self, request: FinishRequest, future: Future[FinishOutcome]) -> None:
+    def _finished(self, request: FinishRequest, future: Answer[FinishOutcome]) -> None:
         try:
             log = self._after_finish(request, future)
         except Exception:  # the runner must settle whatever happens, or close() would wait forever
@@ -230,7 +229,7 @@ class Runner:
             log = self._log("unconfirmed", "internal error after the terminal commit", request.status)
         self._settle(log)
 
-    def _after_finish(self, request: FinishRequest, future: Future[FinishOutcome]) -> ExecutionLog:
+    def _after_finish(self, request: FinishRequest, future: Answer[FinishOutcome]) -> ExecutionLog:
         status = request.status
         try:
             outcome = future.result()

@@ -66,6 +66,7 @@ class Scheduler:
         self._ctx: RuntimeContext | None = None
         self._node: Node | None = None
         self._snapshot: dict[str, TaskDefinition] = {}
+        self._snapshot_version: int | None = None  # the tasks version _snapshot was read at (None: changed since)
         self._refresh_lock = threading.Lock()
         self._closing = threading.Event()
         self._tick_listeners: list[Callable[[int], None]] = []
@@ -174,7 +175,7 @@ class Scheduler:
             ctx = self.context()
             if self._node is not None:
                 raise AlreadyRunningError("the scheduler is already running")
-            self._node = Node(ctx, NodeRepository(self._engine), lambda _version: self._reload())
+            self._node = Node(ctx, NodeRepository(self._engine), self._reload)
             self._node.listeners = self._tick_listeners
             self._node.start()
 
@@ -230,6 +231,7 @@ class Scheduler:
         check_id(task.id, "id", url_path=True)  # new ids only: stored tasks stay readable
         stored = ctx.tasks.insert(validate_task(task, self._executors.validate))
         self._snapshot = {**self._snapshot, stored.id: stored}  # published only after the write
+        self._snapshot_version = None
         return stored
 
     def unregister(self, task_id: str) -> None:
@@ -259,6 +261,7 @@ class Scheduler:
         if stored is None:
             raise ConflictError(f"task {task_id!r} changed concurrently; read it again", task_id=task_id)
         self._snapshot = {**self._snapshot, stored.id: stored}
+        self._snapshot_version = None
         return stored
 
     def pause(self, task_id: str, reason: str | None = None, until_ms: int | None = None,
@@ -288,16 +291,23 @@ class Scheduler:
                 pass
         return self.tasks
 
-    def _reload(self) -> dict[str, TaskDefinition]:
-        self._load_snapshot(self.context().tasks)
+    def _reload(self, version: int | None = None) -> dict[str, TaskDefinition]:
+        """The stored definitions, read again unless ``version`` is the tasks version they were
+        read at (a node's first tick after ``init()``: 10,000 definitions are not read and
+        validated twice)."""
+        if version is None or version != self._snapshot_version:
+            self._load_snapshot(self.context().tasks)
         return dict(self._snapshot)
 
     def _load_snapshot(self, repo: TaskRepository) -> None:
-        _, stored = repo.load_all()
+        # The version is read before the rows: rows newer than it only make the next tick read again.
+        version, stored = repo.load_all()
         self._snapshot = {t.id: t for t in stored}
+        self._snapshot_version = version
 
     def _forget(self, task_id: str) -> None:
         self._snapshot = {k: v for k, v in self._snapshot.items() if k != task_id}
+        self._snapshot_version = None
 
     # --- triggers and logs ------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions, logs, scheduler_meta
 from scheduler_core.errors import DatabaseError
 from scheduler_core.model import Attempt, Execution
-from scheduler_core.runtime.batching import FinishOutcome, GroupCommit, OwnerWrites
+from scheduler_core.runtime.batching import Answer, FinishOutcome, GroupCommit, OwnerWrites
 from scheduler_core.store import ClaimRequest, ExecutionRepository, LogRepository
 from scheduler_core.store.executions import BeginRequest, FinishRequest
 from scheduler_core.store.transactions import AutocommitLine
@@ -364,6 +364,63 @@ def test_group_commit_reports_a_failing_flush_to_every_waiter() -> None:
         with pytest.raises(RuntimeError, match="flush broke"):
             future.result(10)
     group.drain()
+
+
+def test_an_answer_waits_once_answers_every_waiter_and_calls_back_in_any_order() -> None:
+    answer: Answer[int] = Answer()
+    with pytest.raises(TimeoutError):
+        answer.result(0.05)
+    early: list[int] = []
+    answer.add_done_callback(lambda a: early.append(a.result()))
+    answer.add_done_callback(lambda a: 1 / 0)  # a failing callback is logged; the others still run
+    answer.add_done_callback(lambda a: early.append(a.result() + 1))
+    waiters = [threading.Thread(target=lambda: early.append(answer.result(10))) for _ in range(3)]
+    for waiter in waiters:
+        waiter.start()
+    answer.set_result(7)
+    for waiter in waiters:
+        waiter.join(10)
+    assert sorted(early) == [7, 7, 7, 7, 8]
+    late: list[int] = []
+    answer.add_done_callback(lambda a: late.append(a.result()))  # after the answer: called at once
+    assert late == [7] and answer.done() and answer.result() == 7
+    with pytest.raises(RuntimeError, match="once"):
+        answer.set_result(8)
+    failed: Answer[int] = Answer()
+    failed.set_exception(ValueError("refused"))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="refused"):
+            failed.result(0)
+
+
+def test_a_starting_node_reads_the_definitions_once(engine: Engine, make_node: Any) -> None:
+    """init() reads them; the first tick finds the tasks version unchanged and does not read
+    and validate them all again (10,000 definitions cost a node's start about a second)."""
+    first = make_node()
+    for i in range(5):
+        first.register(TaskDefinition(id=f"once-{i}", name=f"Once {i}", cron="0 0 1 1 *"))
+    reads: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "FROM tasks ORDER BY" in " ".join(statement.split()):
+            reads.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        node = make_node()
+        node.start()
+        deadline = time.monotonic() + 10
+        while node._node is None or node._node._tasks_version is None:
+            assert time.monotonic() < deadline, "the first tick did not run"
+            time.sleep(0.02)
+        assert len(reads) == 1, reads
+        first.register(TaskDefinition(id="once-new", name="Once new", cron="0 0 1 1 *"))
+        while node._node.planner.task("once-new") is None:
+            assert time.monotonic() < deadline, "a changed tasks version was not read again"
+            time.sleep(0.02)
+        assert len(reads) == 2, reads
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
 
 
 # --- the idle tick ---------------------------------------------------------------------------
