@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -24,6 +23,7 @@ from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.misses import MINUTE_MS, CapabilityWatch, plan_gap
 from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem, minute_of
 from scheduler_core.runtime.runner import Ownership, Runner
+from scheduler_core.runtime.spread import Capability, Spread
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
 from scheduler_core.store.alerts import AlertRepository
@@ -73,6 +73,8 @@ class Node:
         self._watch = CapabilityWatch(grace_s=ctx.config.tick_interval_ms / 1000)
         self._run_seconds = 0.0  # moving average of how long a run holds a pool thread (0: none yet)
         self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
+        beat = ctx.config.heartbeat_interval_ms
+        self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000)  # which due occurrences it claims first
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -177,12 +179,13 @@ class Node:
         self._watch.add(d for d in due if not self._runnable(d.task_id))
         due = [d for d in due if self._runnable(d.task_id)]
         self._close_gap(snapshot)
-        random.shuffle(due)  # see the module docstring: nodes spread over a burst
-        self.planner.backlog.extend(due)
+        self.planner.backlog.extend(self._spread.order(due, self._capability))  # runtime/spread.py
         try:
             self._claim_backlog()
         finally:
             self.planner.replan()
+        if due:
+            self._spread.refresh_if_stale()
         if self._watch:
             self._settle_watched()
         self._housekeeping()
@@ -205,6 +208,10 @@ class Node:
         assert row is not None
         return self.ctx.tasks.snapshot_from(row)
 
+    def _capability(self, task_id: str) -> Capability:
+        task = self.planner.task(task_id)
+        return ("", None) if task is None else (task.handler_kind, task.node_group)
+
     def _runnable(self, task_id: str) -> bool:
         task = self.planner.task(task_id)
         return task is not None and self.ctx.can_run(task)
@@ -223,13 +230,18 @@ class Node:
         return max(0, config.max_concurrency + prefetch - len(self.ctx.runners()))
 
     def _claim_backlog(self) -> None:
+        """Claim from the backlog while there is room, in batches that double from twice the
+        threads up to ``CLAIM_BATCH``: the threads get their first work after a small claim
+        (a few ms), and the larger claims that follow overlap with their running."""
         backlog = self.planner.backlog
+        size = 2 * self.ctx.config.max_concurrency
         while backlog and self.accepting:
-            room = min(self._free_capacity(), CLAIM_BATCH)
+            room = min(self._free_capacity(), size, CLAIM_BATCH)
             if room == 0:
                 return
             batch = [backlog.popleft() for _ in range(min(room, len(backlog)))]
             self._claim_batch(batch)
+            size *= 2
 
     def _claim_batch(self, batch: list[DueOccurrence]) -> None:
         requests = []
