@@ -5,7 +5,8 @@
   errors into warnings);
 - ``greatest(a, b)``: SQLite spells it ``max(a, b)``;
 - batches (``Batch``, ``insert_ignore_many``, ``StatementCache``): PostgreSQL gets whole
-  batches as array parameters (``= ANY(:ids)``, ``unnest``), so a statement does not depend
+  batches as parameters that do not depend on the batch size (lists as arrays, ``= ANY(:ids)``;
+  rows as one JSON document, ``jsonb_array_elements``), so a statement does not depend
   on the batch size and is built, compiled and prepared once; elsewhere expanding ``IN``, a
   CASE keyed by the primary key per column, and multi-row VALUES.
 
@@ -18,7 +19,23 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Column, Table, Text, any_, bindparam, case, cast, func, literal, null, select
+from sqlalchemy import (
+    JSON,
+    Column,
+    Integer,
+    String,
+    Table,
+    Text,
+    any_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+)
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.engine import Connection
@@ -77,13 +94,14 @@ def insert_ignore_many(conn: Connection, table: Table, rows: Sequence[dict[str, 
     names = list(rows[0])
 
     def build() -> Any:
-        columns = [_pg_unnest(f"ins_{n}", table.c[n]).label(n) for n in names]
+        source = _pg_rows_source("ins_rows")
+        columns = [_pg_element(source.c.row, i, table.c[n]).label(n) for i, n in enumerate(names)]
         columns += [_pg_value(value, table.c[n]).label(n) for n, value in common.items()]
-        pg = postgresql.insert(table).from_select([*names, *common], select(*columns))
+        pg = postgresql.insert(table).from_select([*names, *common], select(*columns).select_from(source))
         return pg.on_conflict_do_nothing().returning(key)
 
     statement = cache.get(name, build) if cache is not None else build()
-    params = {f"ins_{n}": _pg_array([row[n] for row in rows], table.c[n]) for n in names}
+    params = {"ins_rows": _pg_rows_document([[row[n] for n in names] for row in rows])}
     return set(conn.execute(statement, params).scalars().all())
 
 
@@ -106,9 +124,9 @@ class Batch:
     """The parameters of one batched statement, and the SQL that refers to them.
 
     Lists (``listed`` / ``one_of``) and per-row values keyed by a primary key (``rows`` /
-    ``matches`` / ``value``). On PostgreSQL each is an array parameter: ``column = ANY(:name)``
-    and a derived table of ``unnest(:array)`` columns joined on the key (``UPDATE ... FROM``),
-    so the statement does not depend on the batch and may come from a ``StatementCache``
+    ``matches`` / ``value``). On PostgreSQL a list is an array parameter (``column = ANY(:name)``)
+    and the rows one JSON document parameter, a derived table of its elements joined on the key
+    (``UPDATE ... FROM``), so the statement does not depend on the batch and may come from a ``StatementCache``
     (``cacheable``). Elsewhere an expanding ``IN`` and a CASE on the key per column (a
     constant when every row agrees), portable where ``UPDATE ... FROM (VALUES ...)`` is not.
     """
@@ -123,12 +141,17 @@ class Batch:
         self._derived: Any = None
 
     def listed(self, name: str, values: Iterable[Any]) -> Batch:
-        self.params[name] = list(values)
+        """The list ``name`` (see ``one_of``). On PostgreSQL a list of strings travels as one
+        array literal (``_pg_text_array``)."""
+        items = list(values)
+        self.params[name] = _pg_text_array(items) if self.cacheable and _all_text(items) else items
         return self
 
     def one_of(self, column: Column[Any], name: str) -> ColumnElement[bool]:
-        """``column`` is one of the list ``name``."""
+        """``column`` is one of the list ``name`` (strings for a string column)."""
         if self.cacheable:
+            if isinstance(column.type, String):
+                return column == any_(cast(bindparam(name, type_=Text()), ARRAY(Text())))
             return column == any_(bindparam(name, type_=ARRAY(column.type)))
         return column.in_(bindparam(name, expanding=True))
 
@@ -138,10 +161,8 @@ class Batch:
         (PostgreSQL: columns of the derived table, see ``shared``)."""
         self._key, self._rows, self._columns, self._shared = key, rows, columns, dict(shared or {})
         if self.cacheable:
-            keys = list(rows)
-            self.params["rows_key"] = keys
-            for name, column in columns.items():
-                self.params[f"rows_{name}"] = _pg_array([rows[k][name] for k in keys], column)
+            names = list(columns)
+            self.params["rows"] = _pg_rows_document([[k, *(row[n] for n in names)] for k, row in rows.items()])
         return self
 
     def matches(self) -> ColumnElement[bool]:
@@ -169,8 +190,8 @@ class Batch:
         the statement from the status index, or from a scan joined row by row -- every
         running row for every batch row: 0.1-0.3 s a statement at 10,000 running. With the
         condition on the join, the primary key is the cheap way in, whatever the estimates.
-        (The derived table holds ``unnest``, so PostgreSQL keeps it a subquery and
-        evaluates its expressions when the statement runs.)
+        (The derived table holds a set-returning function, so PostgreSQL keeps it a subquery
+        and evaluates its expressions when the statement runs; see ``_pg_rows_source``.)
         """
         if self.cacheable:
             return self._derived_table().c[name]  # type: ignore[no-any-return]
@@ -179,29 +200,58 @@ class Batch:
     def _derived_table(self) -> Any:
         if self._derived is None:
             assert self._key is not None
-            unnested = [_pg_unnest("rows_key", self._key).label("batch_key")]
-            unnested += [_pg_unnest(f"rows_{name}", column).label(name) for name, column in self._columns.items()]
-            unnested += [expression.label(name) for name, expression in self._shared.items()]
-            self._derived = select(*unnested).subquery("batch")
+            source = _pg_rows_source("rows", self._shared)
+            elements = [_pg_element(source.c.row, 0, self._key).label("batch_key")]
+            elements += [_pg_element(source.c.row, i, column).label(name)
+                         for i, (name, column) in enumerate(self._columns.items(), start=1)]
+            elements += [source.c[name] for name in self._shared]
+            self._derived = select(*elements).select_from(source).subquery("batch")
         return self._derived
 
 
-def _pg_array(values: list[Any], column: Column[Any]) -> Any:
-    """A batch column as an array parameter. A JSON column travels as ONE JSON array document
-    (a Python None as JSON ``null``, as the JSON type binds it), unpacked by ``_pg_unnest``:
-    as a text array, the driver would quote and escape every element of every document in
-    Python (a regular expression per quote), the largest single driver cost of a burst."""
-    if isinstance(column.type, JSON):
-        return json.dumps(values)
-    return values
+def _all_text(items: list[Any]) -> bool:
+    return all(isinstance(item, str) for item in items)
 
 
-def _pg_unnest(name: str, column: Column[Any]) -> ColumnElement[Any]:
-    """The array parameter ``name`` as rows. Several in one select list run in lockstep
-    (PostgreSQL >= 10), so the n-th element of each array makes the n-th row."""
+def _pg_text_array(items: list[str]) -> str:
+    """A list of strings as a PostgreSQL array literal (``{"a","b"}``), cast to ``text[]`` by
+    the statement: each element double-quoted, backslash and double quote escaped, so commas,
+    braces, spaces and the word NULL stay plain text. psycopg would adapt a Python list
+    element by element in Python (finding the element type, quoting with regular expressions)."""
+    return "{" + ",".join('"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items) + "}"
+
+
+def _pg_rows_document(rows: list[list[Any]]) -> str:
+    """A batch's rows as ONE JSON document parameter, an array of arrays (one per row, its
+    values in column order; a JSON column's value nested as it is). psycopg then sends one
+    string: as array parameters (one per column) it adapted every element of every array in
+    Python -- quoting and escaping each one, the largest driver cost of a burst."""
+    return json.dumps(rows)
+
+
+def _pg_rows_source(name: str, shared: Mapping[str, ColumnElement[Any]] | None = None) -> Any:
+    """``SELECT jsonb_array_elements(:name) AS row, <shared expressions>``: one row per batch row.
+
+    The set-returning function in the select list keeps it a subquery that PostgreSQL does not
+    pull up into the statement using it, so the shared expressions are its columns (join
+    conditions there, see ``Batch.shared``) and are evaluated when the statement runs."""
+    rows = func.jsonb_array_elements(cast(bindparam(name, type_=Text()), JSONB)).label("row")
+    return select(rows, *(expression.label(n) for n, expression in (shared or {}).items())).subquery(f"{name}_source")
+
+
+def _pg_element(row: Any, index: int, column: Column[Any]) -> ColumnElement[Any]:
+    """Element ``index`` of a rows-document row, typed for ``column``: a JSON column takes the
+    JSON value itself (``->``; JSON ``null`` stays JSON ``null``, as the JSON type binds a
+    Python None); any other the text (``->>``, SQL NULL for ``null``) cast to the column's
+    type -- text for strings, whose length the column then checks on assignment (a cast to
+    ``VARCHAR(n)`` would truncate silently)."""
+    position = literal_column(str(index), Integer())
     if isinstance(column.type, JSON):
-        return func.jsonb_array_elements(cast(bindparam(name, type_=Text()), JSONB))
-    return func.unnest(bindparam(name, type_=ARRAY(column.type)))
+        return row.op("->")(position)  # type: ignore[no-any-return]
+    text = row.op("->>")(position)
+    if isinstance(column.type, (String, Text)):
+        return cast(text, Text())
+    return cast(text, column.type)
 
 
 def _pg_value(value: Any, column: Column[Any]) -> ColumnElement[Any]:

@@ -263,8 +263,7 @@ class ExecutionRepository:
             return "claimed"
         return "skipped" if status == "skipped" else "exists"
 
-    @staticmethod
-    def _journaled(conn: Connection, requests: list[ClaimRequest]) -> dict[str, tuple[str | None, str, int]]:
+    def _journaled(self, conn: Connection, requests: list[ClaimRequest]) -> dict[str, tuple[str | None, str, int]]:
         """The requests' occurrences already journaled: token, status and attempt of each (a
         non-locking read).
 
@@ -276,9 +275,11 @@ class ExecutionRepository:
         committed are left out, so the INSERT only meets rows being claimed right now.
         (SQLite serialises writers: there it is read only for the rows an insert skipped.)
         """
-        query = select(executions.c.occurrence_id, executions.c.execution_token, executions.c.status,
-                       executions.c.attempt).where(executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
-        return {row[0]: (row[1], row[2], row[3]) for row in conn.execute(query)}
+        batch = Batch(conn).listed("ids", [r.occurrence_id for r in requests])
+        query = self._statement(batch, "journaled", lambda: select(
+            executions.c.occurrence_id, executions.c.execution_token, executions.c.status, executions.c.attempt,
+        ).where(batch.one_of(executions.c.occurrence_id, "ids")))
+        return {row[0]: (row[1], row[2], row[3]) for row in conn.execute(query, batch.params).all()}
 
     @staticmethod
     def _new_row(r: ClaimRequest) -> dict[str, Any]:
@@ -461,12 +462,16 @@ class ExecutionRepository:
         return replace(result, projection_error=error)
 
     def _finish(self, conn: Connection, requests: list[FinishRequest], project: bool) -> FinishResult:
+        """With ``project`` the rows with attempts are written ``persisted`` at once: their logs
+        are inserted below in this transaction, and a projection that fails rolls it all back
+        (``finish_many`` then writes them ``pending``)."""
         ids = [r.occurrence_id for r in requests]
+        logged = "persisted" if project else "pending"
         before = self._lock_batch(conn, ids)
         batch = Batch(conn).listed("tokens", [r.token for r in requests]).rows(
             executions.c.occurrence_id, {r.occurrence_id: {
                 "execution_token": r.token, "status": r.status, "reason": r.reason, "attempt": len(r.attempts),
-                "attempts": _json_attempts(r.attempts), "log_persistence": "pending" if r.attempts else None,
+                "attempts": _json_attempts(r.attempts), "log_persistence": logged if r.attempts else None,
             } for r in requests}, _FINISH_COLUMNS, self._ownership())
         statement = self._statement(batch, "finish", lambda: self._returning(conn, update(executions).where(
             self._owned_batch(batch)).values(
@@ -486,7 +491,7 @@ class ExecutionRepository:
             done = [replace(r.execution, status=r.status, reason=r.reason, attempts=tuple(r.attempts),  # type: ignore[arg-type]
                             log_persistence="pending") for r in requests if r.occurrence_id in won and r.attempts]
             try:
-                persisted = frozenset(project_logs(conn, done, self._statements))
+                persisted = frozenset(project_logs(conn, done, self._statements, mark=False))
             except Exception as exc:
                 if is_retryable(exc):
                     raise  # lock contention: the whole transaction is run again

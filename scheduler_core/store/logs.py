@@ -84,13 +84,16 @@ def _normal(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def project_logs(conn: Connection, journaled: Sequence[Execution], cache: StatementCache | None = None) -> set[str]:
+def project_logs(conn: Connection, journaled: Sequence[Execution], cache: StatementCache | None = None,
+                 mark: bool = True) -> set[str]:
     """Project the attempts of journaled executions into log rows, in the caller's transaction,
     and mark those that were ``pending`` as ``persisted``; returns the ids so marked.
 
     Missing rows are inserted; rows that exist already (a replay) are compared field by field
     and a difference raises LogPersistFailedError. The caller's transaction is the unit: the
-    terminal commit of a batch, or one ``project`` call.
+    terminal commit of a batch, or one ``project`` call. Without ``mark`` the caller's own
+    write in the same transaction says ``persisted`` (a batch's terminal commit does, and is
+    rolled back with the projection if it fails); every execution given is then returned.
     """
     rows = [log_row(execution, a) for execution in journaled for a in execution.attempts]
     if rows:
@@ -100,8 +103,8 @@ def project_logs(conn: Connection, journaled: Sequence[Execution], cache: Statem
         if existing:
             _compare_existing(conn, existing)
     ids = [execution.occurrence_id for execution in journaled]
-    if not ids:
-        return set()
+    if not ids or not mark:
+        return set(ids)
     batch = Batch(conn).listed("ids", ids)
 
     def marked() -> Any:

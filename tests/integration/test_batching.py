@@ -167,6 +167,37 @@ def test_a_finish_batch_commits_and_projects_only_the_rows_still_owned(engine: E
         assert slot_holder(engine, lost.task_id) == lost.occurrence_id
 
 
+# Task ids may hold any text but control characters; a batch carries them as parameters
+# (PostgreSQL: an array literal of the ids, a JSON document of the rows), never as SQL.
+AWKWARD_TASK_IDS = ['a,b', '{braced}', 'q"uote', "it's", 'back\\slash\\', 'NULL', ' spaced ', 'ünï ☃ 𝄞',
+                    '\\"{,}"\\', '[1, 2]', 'null']
+
+
+def test_a_batch_carries_awkward_ids_and_values_as_they_are(engine: Engine, owner: ExecutionRepository) -> None:
+    claimed = [(new_occurrence_id(), f'tok"{i},{{}}\\') for i in range(len(AWKWARD_TASK_IDS))]
+    results = owner.claim([ClaimRequest(o, AWKWARD_TASK_IDS[i], 1, "manual", 3, t) for i, (o, t) in enumerate(claimed)])
+    assert [r.outcome for r in results] == ["claimed"] * len(claimed)
+    begun = {o: _attempt() for o, _ in claimed}
+    assert owner.begin_attempts([BeginRequest(o, t, (begun[o],)) for o, t in claimed]) == set(begun)
+    weird = {"text": 'x"y\\z,{}', "list": [None, "NULL", 1.5], "nested": {"a": [{"b": None}]}}
+    requests = [FinishRequest(_execution(owner, o), t, "failed", "why, \"so\"", _finished(begun[o], "failed", weird),
+                              True) for o, t in claimed]
+
+    result = owner.finish_many(requests)
+
+    assert result.committed == set(begun) and result.persisted == set(begun)
+    for i, (occurrence, token) in enumerate(claimed):
+        row = _row(engine, occurrence)
+        assert (row.task_id, row.execution_token, row.status, row.reason) == (
+            AWKWARD_TASK_IDS[i], token, "failed", 'why, "so"')
+        assert row.attempts[0]["result"] == weird
+        assert slot_holder(engine, AWKWARD_TASK_IDS[i]) is None
+    with engine.connect() as conn:
+        projected = {r.id: (r.task_id, r.result) for r in conn.execute(select(logs))}
+        conn.rollback()
+    assert projected == {begun[o].log_id: (AWKWARD_TASK_IDS[i], weird) for i, (o, _) in enumerate(claimed)}
+
+
 def test_a_failed_projection_leaves_the_terminal_commits_pending(engine: Engine, owner: ExecutionRepository) -> None:
     (first, t1, a1), (second, t2, a2) = _begun(owner, 2)
     with engine.begin() as conn:  # a log row under the first attempt's id that disagrees with the journal
