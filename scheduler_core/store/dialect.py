@@ -44,6 +44,7 @@ from sqlalchemy.sql.dml import Insert
 from sqlalchemy.types import TypeEngine
 
 from scheduler_core.db.engine import dialect_kind
+from scheduler_core.store.driver import DriverStatement
 
 T = TypeVar("T")
 
@@ -89,8 +90,8 @@ def insert_ignore_many(conn: Connection, table: Table, rows: Sequence[dict[str, 
             conn.execute(insert_ignore(conn, table, [{**row, **common} for row in rows]))
         return None
     if kind == "sqlite":
-        statement = insert_ignore(conn, table, []).values(**common).returning(key)
-        return set(conn.execute(statement, list(rows)).scalars().all())
+        returning = insert_ignore(conn, table, []).values(**common).returning(key)
+        return set(conn.execute(returning, list(rows)).scalars().all())
     names = list(rows[0])
 
     def build() -> Any:
@@ -100,15 +101,17 @@ def insert_ignore_many(conn: Connection, table: Table, rows: Sequence[dict[str, 
         pg = postgresql.insert(table).from_select([*names, *common], select(*columns).select_from(source))
         return pg.on_conflict_do_nothing().returning(key)
 
-    statement = cache.get(name, build) if cache is not None else build()
+    statement: Any = cache.driver(name, build) if cache is not None else build()
     params = {"ins_rows": _pg_rows_document([[row[n] for n in names] for row in rows])}
-    return set(conn.execute(statement, params).scalars().all())
+    return set(run(conn, statement, params).scalars().all())
 
 
 class StatementCache:
-    """Batch statements built once and reused (PostgreSQL, where they do not depend on the
-    batch): SQLAlchemy then skips building, cache-key generation and compiling, and the
-    driver prepares them once."""
+    """Statements built once and reused. ``get``: the statement (SQLAlchemy then skips
+    building and cache-key generation). ``driver``: a PostgreSQL batch statement, which does
+    not depend on the batch, compiled once and run on the driver's cursor
+    (``driver.DriverStatement``: SQLAlchemy's compiling and execution context are skipped
+    too, and the driver prepares it once); run it with ``run``."""
 
     def __init__(self) -> None:
         self._built: dict[str, Any] = {}
@@ -118,6 +121,16 @@ class StatementCache:
         if statement is None:
             statement = self._built[name] = build()
         return statement  # type: ignore[no-any-return]
+
+    def driver(self, name: str, build: Callable[[], Any]) -> DriverStatement:
+        return self.get(name, lambda: DriverStatement(build()))
+
+
+def run(conn: Connection, statement: Any, params: Mapping[str, Any]) -> Any:
+    """Execute a batch statement: a cached one on the driver's cursor, any other as usual."""
+    if isinstance(statement, DriverStatement):
+        return statement.run(conn, params)
+    return conn.execute(statement, params)
 
 
 class Batch:

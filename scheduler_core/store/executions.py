@@ -20,7 +20,7 @@ from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions, slots
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.statuses import ExecutionStatus, Trigger
-from scheduler_core.store.dialect import Batch, StatementCache, greatest, insert_ignore_many
+from scheduler_core.store.dialect import Batch, StatementCache, greatest, insert_ignore_many, run
 from scheduler_core.store.logs import project_logs
 from scheduler_core.store.transactions import is_retryable, one_row, read, write
 
@@ -142,9 +142,10 @@ class ExecutionRepository:
         if dialect_kind(conn) != "sqlite":
             conn.execute(select(executions.c.occurrence_id).where(condition).with_for_update())
 
-    def _statement(self, batch: Batch, name: str, build: Callable[[], T]) -> T:
-        """``build()``, or the cached statement when the batch's SQL does not depend on it."""
-        return self._statements.get(name, build) if batch.cacheable else build()
+    def _statement(self, batch: Batch, name: str, build: Callable[[], Any]) -> Any:
+        """``build()``, or the cached statement when the batch's SQL does not depend on it
+        (run either with ``dialect.run``)."""
+        return self._statements.driver(name, build) if batch.cacheable else build()
 
     def _lock_batch(self, conn: Connection, ids: list[str]) -> dict[str, Any]:
         """``_lock_rows`` for a batch, in occurrence-id order (concurrent lockers queue alike).
@@ -159,7 +160,7 @@ class ExecutionRepository:
             select(executions.c.occurrence_id, executions.c.updated_at)
             .where(batch.one_of(executions.c.occurrence_id, "ids"))
             .order_by(executions.c.occurrence_id).with_for_update()))
-        return {row[0]: row[1] for row in conn.execute(query, batch.params).all()}
+        return {row[0]: row[1] for row in run(conn, query, batch.params).all()}
 
     @staticmethod
     def _ownership() -> dict[str, ColumnElement[Any]]:
@@ -185,7 +186,7 @@ class ExecutionRepository:
         """Run an owner's lease-checked UPDATE (with RETURNING, except on MySQL) over locked
         rows; the ids it changed."""
         if dialect_kind(conn) != "mysql":
-            return set(conn.execute(statement, batch.params).scalars().all())
+            return set(run(conn, statement, batch.params).scalars().all())
         matched = conn.execute(statement, batch.params).rowcount  # MySQL: rows matched by the WHERE
         if matched == len(ids):
             return set(ids)
@@ -279,7 +280,7 @@ class ExecutionRepository:
         query = self._statement(batch, "journaled", lambda: select(
             executions.c.occurrence_id, executions.c.execution_token, executions.c.status, executions.c.attempt,
         ).where(batch.one_of(executions.c.occurrence_id, "ids")))
-        return {row[0]: (row[1], row[2], row[3]) for row in conn.execute(query, batch.params).all()}
+        return {row[0]: (row[1], row[2], row[3]) for row in run(conn, query, batch.params).all()}
 
     @staticmethod
     def _new_row(r: ClaimRequest) -> dict[str, Any]:
@@ -324,10 +325,10 @@ class ExecutionRepository:
                                      .where(slots.c.task_id.in_(task_ids)).with_for_update(skip_locked=True)).all())
             free = [t for t in task_ids if t in rows and rows[t] is None]
             if free:  # locked by us: the UPDATE takes every one of them
-                conn.execute(*self._take_free_slots(conn, {t: first[t] for t in free}))
+                run(conn, *self._take_free_slots(conn, {t: first[t] for t in free}))
             seated, unseen = set(free), [t for t in task_ids if t not in rows]  # unseen: locked, or no row
         else:
-            seated = set(conn.execute(*self._take_free_slots(conn, {t: first[t] for t in task_ids})).scalars().all())
+            seated = set(run(conn, *self._take_free_slots(conn, {t: first[t] for t in task_ids})).scalars().all())
             unseen = [t for t in task_ids if t not in seated]  # busy, or no row
         if unseen:  # (rarely) no slot row at all: a plain read tells them apart
             present = set(conn.execute(select(slots.c.task_id).where(slots.c.task_id.in_(unseen))).scalars().all())
@@ -483,7 +484,7 @@ class ExecutionRepository:
         if released:  # an occurrence belongs to one task: (task, occurrence) pairs need no CASE
             freed = (Batch(conn).listed("task_ids", sorted({r.execution.task_id for r in released}))
                      .listed("ids", [r.occurrence_id for r in released]))
-            conn.execute(self._statement(freed, "release_slots", lambda: update(slots).where(
+            run(conn, self._statement(freed, "release_slots", lambda: update(slots).where(
                 freed.one_of(slots.c.task_id, "task_ids"), freed.one_of(slots.c.occurrence_id, "ids"))
                 .values(occurrence_id=None, execution_token=None, updated_at=db_now_ms())), freed.params)
         persisted: frozenset[str] = frozenset()

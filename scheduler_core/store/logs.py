@@ -24,7 +24,7 @@ from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.errors import LogPersistFailedError
 from scheduler_core.model import Attempt, Execution, ExecutionLog
-from scheduler_core.store.dialect import Batch, StatementCache, insert_ignore_many
+from scheduler_core.store.dialect import Batch, StatementCache, insert_ignore_many, run
 from scheduler_core.store.transactions import read, write
 
 PRUNE_BATCH = 5_000  # log rows one retention transaction deletes at most (a short lock, however many are due)
@@ -112,9 +112,9 @@ def project_logs(conn: Connection, journaled: Sequence[Execution], cache: Statem
         statement = update(executions).where(pending).values(log_persistence="persisted")
         return statement if dialect_kind(conn) == "mysql" else statement.returning(executions.c.occurrence_id)
 
-    statement = cache.get("mark_persisted", marked) if cache is not None and batch.cacheable else marked()
+    statement: Any = cache.driver("mark_persisted", marked) if cache is not None and batch.cacheable else marked()
     if dialect_kind(conn) != "mysql":
-        return set(conn.execute(statement, batch.params).scalars().all())
+        return set(run(conn, statement, batch.params).scalars().all())
     if len(ids) == 1:
         return set(ids) if conn.execute(statement, batch.params).rowcount == 1 else set()
     # MySQL, several rows (no UPDATE ... RETURNING): lock the pending ones, then mark exactly those.

@@ -100,7 +100,8 @@ def test_sigkill_at_each_point_of_an_execution(point: str, idempotent: bool, dat
         else:
             assert (second.status, second.owner_node) == ("success", "survivor")
         last_minute = enter_minute(engine, seconds_into=1)
-        assert wait_terminal(engine, task.id, last_minute).status == "success"
+        last = wait_terminal(engine, task.id, last_minute)
+        assert last.status == "success", (last.status, last.reason, last.attempts, last.owner_node, last.sequence)
 
         window = Window(first_minute, last_minute)
         effects = read_effects(events)
