@@ -52,7 +52,7 @@ from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import close_engine, create_engine, dialect_kind
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.model import Attempt, TaskDefinition
-from scheduler_core.runtime.node import claimed_execution
+from scheduler_core.runtime.recovery import claimed_execution
 from scheduler_core.store.executions import ClaimRequest, ExecutionRepository, FinishRequest
 from scheduler_core.store.journal_queries import JournalQueries
 from scheduler_core.store.logs import LogFilter, LogRepository

@@ -13,15 +13,16 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 from sqlalchemy.engine import Connection
 
 from scheduler_core.cron import cron_occurrence_id
-from scheduler_core.model import Attempt, Execution, TaskDefinition
+from scheduler_core.model import Execution, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.housekeeping import Housekeeping
 from scheduler_core.runtime.misses import MINUTE_MS, CapabilityWatch, plan_gap
 from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem, minute_of
+from scheduler_core.runtime.recovery import ExpiryRecovery, claimed_execution, queued_request
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.spread import Capability, Spread
 from scheduler_core.statuses import ExecutionStatus
@@ -35,8 +36,6 @@ PREFETCH_HORIZON_S = 0.5  # claim what the threads start within this, at their r
 MAX_PREFETCH = 1_000
 PACE_WEIGHT = 0.1  # of the newest run in the moving average
 BOUNDARY_MARGIN_MS = 2  # wake this much after a minute begins (DB clock), so that it has begun
-RETENTION_EVERY_S = 600
-JOURNAL_BATCHES_PER_TICK = 4  # journal retention batches (500 rows each) one tick runs at most
 
 
 class Node:
@@ -53,9 +52,6 @@ class Node:
         self._tasks_version: int | None = None
         self._last_heartbeat = 0.0
         self._last_tick_ms: int | None = None  # the previous tick's duration (node clock)
-        self._last_retention = time.monotonic()
-        self._last_journal_retention = time.monotonic()
-        self._journal_backlog = False  # the last journal retention pass stopped with rows still due
         self._tick_lock = threading.Lock()
         self._pooled: set[Runner] = set()  # handed to the pool, not yet settled
         self._pooled_lock = threading.Lock()
@@ -68,13 +64,14 @@ class Node:
         self._token_namespace = uuid.uuid4()
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
         self._queued_seen: int | None = None  # newest queued row when a scan found none this node runs
-        self._declined_lease: int | None = None  # earliest expired lease when every expired row was left
         self._planned_minute = 0  # the last minute this node advanced the cluster's watermark to
         self._watch = CapabilityWatch(grace_s=ctx.config.tick_interval_ms / 1000)
         self._run_seconds = 0.0  # moving average of how long a run holds a pool thread (0: none yet)
         self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
         beat = ctx.config.heartbeat_interval_ms
         self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000)  # which due occurrences it claims first
+        self._recovery = ExpiryRecovery(ctx, self.planner, self._free_capacity, self._submit)
+        self._housekeeping = Housekeeping(ctx)
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -171,8 +168,8 @@ class Node:
             self._tasks_version = snapshot.tasks_version
             self.planner.sync(definitions, snapshot.now_ms)
             self._cancel_stale_runners(definitions)
-        if snapshot.leases_expired and snapshot.earliest_lease_until != self._declined_lease:
-            self._recover_expired(snapshot.earliest_lease_until)
+        if self._recovery.due(snapshot.leases_expired, snapshot.earliest_lease_until):
+            self._recovery.recover_expired(snapshot.earliest_lease_until)  # runtime/recovery.py
         if snapshot.latest_queued is not None and snapshot.latest_queued != self._queued_seen:
             self._claim_queued(snapshot)
         due = self.planner.due(snapshot.now_ms)
@@ -188,7 +185,7 @@ class Node:
             self._spread.refresh_if_stale()
         if self._watch:
             self._settle_watched()
-        self._housekeeping()
+        self._housekeeping.run()  # runtime/housekeeping.py
         for listener in list(self.listeners):
             try:
                 listener(snapshot.now_ms)
@@ -379,50 +376,6 @@ class Node:
         if self.planner.backlog:
             self._room.set()
 
-    # --- expired leases -------------------------------------------------------------------
-
-    def _recover_expired(self, earliest: int | None) -> None:
-        """Recover every expired row; when this node left them all (a takeover it cannot run),
-        the scan is not repeated until the earliest lease changes."""
-        declined = True
-        for execution in self.ctx.executions.expired():
-            try:
-                declined = not self._recover(execution) and declined
-            except Exception:
-                logger.warning("recovering %s failed; next tick retries", execution.occurrence_id, exc_info=True)
-                declined = False
-        self._declined_lease = earliest if declined else None
-
-    def _recover(self, execution: Execution) -> bool:
-        """Take over or settle an expired execution; False when only another node can (it runs
-        what this node cannot)."""
-        task = self.planner.task(execution.task_id)
-        started = execution.attempt > 0
-        if task is not None and task.idempotent and execution.attempt < execution.max_attempts:
-            if not self.ctx.can_run(task):
-                return False  # left for a node able to run it
-            if self._free_capacity() == 0:
-                return True  # this node's next tick (or a node with room) takes it over
-            token = str(uuid.uuid4())
-            if self.ctx.executions.take_over(execution, token):
-                owned = replace(execution, sequence=execution.sequence + 1, execution_token=token,
-                                owner_node=self.ctx.node_id)
-                self._submit(Runner(self.ctx, Ownership(owned, token, task, list(execution.attempts))))
-            return True
-        attempts = [_closed(a) for a in execution.attempts]
-        if not started:
-            # No attempt ever began: nothing can have happened. Interrupt and free the slot.
-            self.ctx.executions.settle_expired(execution, "interrupted", "owner_lost_before_start", attempts, True)
-            return True
-        reason = "attempts_exhausted" if task is not None and task.idempotent else "lease_expired"
-        if self.ctx.executions.settle_expired(execution, "unknown", reason, attempts, False):
-            settled = replace(execution, status=ExecutionStatus.UNKNOWN, attempts=tuple(attempts))
-            try:
-                self.ctx.logs.project(settled)
-            except Exception:
-                logger.warning("log projection of %s failed (pending, repairable)", execution.occurrence_id)
-        return True
-
     # --- definitions changed under running executions ------------------------------------
 
     def _cancel_stale_runners(self, definitions: dict[str, TaskDefinition]) -> None:
@@ -430,51 +383,3 @@ class Node:
             problem = definition_problem(runner.owned.execution, definitions.get(runner.owned.execution.task_id))
             if problem:
                 runner.signal.cancel(problem)
-
-    def _housekeeping(self) -> None:
-        now = time.monotonic()
-        config = self.ctx.config
-        if (config.max_logs or config.retention_days) and now - self._last_retention >= RETENTION_EVERY_S:
-            self._last_retention = now
-            try:
-                self.ctx.logs.prune(config.max_logs, config.retention_days)
-            except Exception:
-                logger.warning("log retention failed (logs kept)", exc_info=True)
-        if config.journal_retention_days and (self._journal_backlog
-                                              or now - self._last_journal_retention >= RETENTION_EVERY_S):
-            # a few short batches per tick (the tick waits for them); while more are due, the
-            # next tick goes on, so a backlog drains at JOURNAL_BATCHES_PER_TICK batches a tick
-            self._last_journal_retention = now
-            self._journal_backlog = False
-            try:
-                pruned = self.ctx.journal_retention.prune(config.journal_retention_days,
-                                                          max_batches=JOURNAL_BATCHES_PER_TICK)
-                self._journal_backlog = pruned.more
-            except Exception:
-                logger.warning("journal retention failed (rows kept)", exc_info=True)
-
-
-def claimed_execution(r: ClaimRequest, node_id: str) -> Execution:
-    """The in-memory view of a row we just claimed."""
-    return Execution(
-        occurrence_id=r.occurrence_id, task_id=r.task_id, task_revision=r.task_revision, trigger=r.trigger,  # type: ignore[arg-type]
-        source=r.source, idempotency_key=r.idempotency_key, scheduled_minute=r.scheduled_minute,
-        status=ExecutionStatus.RUNNING,
-        reason=None, sequence=1, attempt=0, max_attempts=r.max_attempts, execution_token=r.token,
-        owner_node=node_id, lease_until=None, attempts=(), log_persistence=None, resolved_by=None,
-        resolution_reason=None, created_at=0, updated_at=0)
-
-
-def queued_request(execution: Execution, token: str) -> ClaimRequest:
-    """The claim of a queued row, as if this node had journaled it."""
-    return ClaimRequest(occurrence_id=execution.occurrence_id, task_id=execution.task_id,
-                        task_revision=execution.task_revision, trigger=execution.trigger,
-                        max_attempts=execution.max_attempts, token=token, source=execution.source,
-                        idempotency_key=execution.idempotency_key, scheduled_minute=execution.scheduled_minute)
-
-
-def _closed(attempt: Attempt) -> Attempt:
-    if attempt.status is not None:
-        return attempt
-    return replace(attempt, status="unknown", error=f"owner {attempt.node_id} lost its lease before reporting")
-

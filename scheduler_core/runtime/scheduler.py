@@ -29,7 +29,8 @@ from scheduler_core.model import UPDATABLE_FIELDS, ExecutionLog, TaskDefinition,
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import ExecutionOperations, check_log_filter
 from scheduler_core.runtime.hooks import Hooks
-from scheduler_core.runtime.node import Node, claimed_execution
+from scheduler_core.runtime.node import Node
+from scheduler_core.runtime.recovery import claimed_execution
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.task_operations import TaskOperations, TaskState
 from scheduler_core.statuses import Trigger

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.db.tables import executions, logs, slots
 from scheduler_core.errors import ConfigError
-from scheduler_core.runtime import node as node_module
+from scheduler_core.runtime import housekeeping
 from scheduler_core.store import logs as logs_module
 from scheduler_core.store import retention as retention_module
 from scheduler_core.store.retention import KEY_DAYS_MIN, JournalRetention, PruneResult
@@ -106,7 +106,7 @@ def test_retention_deletes_in_bounded_batches(make_node: MakeScheduler, engine: 
 
 def test_a_running_node_applies_journal_retention_on_its_own(make_node: MakeScheduler, engine: Engine,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_module, "RETENTION_EVERY_S", 1)  # ten minutes in production
+    monkeypatch.setattr(housekeeping, "RETENTION_EVERY_S", 1)  # ten minutes in production
     node = _node(make_node, journal_retention_days=8)
     old = node.trigger("job").occurrence_id
     _later(engine, 9)
@@ -136,15 +136,15 @@ def test_a_node_drains_a_journal_backlog_tick_after_tick(make_node: MakeSchedule
     """A pass that stops with rows still due (its batches full) is followed by another at the
     next tick, not ten minutes later: a backlog drains a few batches a tick."""
     monkeypatch.setattr(retention_module, "BATCH_ROWS", 1)
-    monkeypatch.setattr(node_module, "JOURNAL_BATCHES_PER_TICK", 1)  # one row a tick
-    monkeypatch.setattr(node_module, "RETENTION_EVERY_S", 3_600)  # the timer alone: one pass an hour
+    monkeypatch.setattr(housekeeping, "JOURNAL_BATCHES_PER_TICK", 1)  # one row a tick
+    monkeypatch.setattr(housekeeping, "RETENTION_EVERY_S", 3_600)  # the timer alone: one pass an hour
     node = _node(make_node, journal_retention_days=8)
     old = [node.trigger("job").occurrence_id for _ in range(5)]
     _later(engine, 9)
     node.start()
     running = node._node
     assert running is not None
-    running._last_journal_retention = -1e12  # the first pass is due now
+    running._housekeeping._last_journal_retention = -1e12  # the first pass is due now
     deadline = time.monotonic() + 20
     while _journaled(engine, old) and time.monotonic() < deadline:
         time.sleep(0.1)

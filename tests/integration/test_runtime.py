@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import TaskDefinition
 from scheduler_core.db.tables import nodes, tasks
 from scheduler_core.errors import InvalidStoredValueError
-from scheduler_core.runtime import node as node_module
+from scheduler_core.runtime import housekeeping
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.journal import enter_minute, wait_for_status
 
@@ -182,7 +182,7 @@ def test_a_running_node_applies_log_retention_on_its_own(make_node: Any, engine:
                                                            retention: dict[str, int]) -> None:
     """Retention is the node's housekeeping, every RETENTION_EVERY_S (ten minutes; one second
     here): either setting alone is enough."""
-    monkeypatch.setattr(node_module, "RETENTION_EVERY_S", 1)
+    monkeypatch.setattr(housekeeping, "RETENTION_EVERY_S", 1)
     node = make_node(hooks={"on_task_execute": lambda e: "ok"}, **retention)
     node.register(TaskDefinition(id="job", name="Job", cron="0 2 * * *"))
     logs = [node.trigger("job") for _ in range(4)]
@@ -196,7 +196,7 @@ def test_a_running_node_applies_log_retention_on_its_own(make_node: Any, engine:
 
 def test_retention_runs_once_per_period_not_every_tick(engine: Engine, make_node: Any,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_module, "RETENTION_EVERY_S", 1)
+    monkeypatch.setattr(housekeeping, "RETENTION_EVERY_S", 1)
     deletes: list[float] = []
 
     def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
