@@ -16,8 +16,11 @@ from sqlalchemy.sql import ColumnElement
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import reach_queue
+from scheduler_core.store.captured_sets import Captured, UpdatedKey
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.transactions import one_row, read, write
+
+_KEY = UpdatedKey(reach_queue.c.updated_at, reach_queue.c.queue_id)
 
 
 @dataclass(frozen=True)
@@ -137,29 +140,14 @@ class QueuePages:
         """The bulk-requeue set of ``where`` (status dead): its oldest ``at_most`` rows changed at or
         before ``cutoff``, as a bound on (updated_at, queue_id), the count inside it, and whether
         more rows matched than it takes. Read-only; reads at most ``at_most + 1`` index entries."""
-        base = and_(where.condition(), reach_queue.c.updated_at <= cutoff)
-        edge = (select(reach_queue.c.updated_at, reach_queue.c.queue_id).where(base)
-                .order_by(reach_queue.c.updated_at, reach_queue.c.queue_id).limit(2).offset(at_most - 1))
-
-        def work(conn: Connection) -> DeadSet:
-            rows = conn.execute(edge).all()
-            bound = DeadSet(cutoff, None, 0)
-            if rows:  # more than at_most rows: the set ends at the at_most-th oldest
-                bound = DeadSet(to_ms(rows[0][0], "updated_at"), str(rows[0][1]), 0)
-            inside = select(reach_queue.c.queue_id).where(where.condition(), bound.condition())
-            count = conn.execute(select(func.count()).select_from(inside.subquery())).scalar_one()
-            return DeadSet(bound.bound_at, bound.bound_id, int(count), more=len(rows) > 1)
-
-        return read(self.engine, work)
+        return read(self.engine, lambda conn: _KEY.capture(conn, where.condition(), cutoff, at_most, DeadSet))
 
     def dead_versions(self, where: QueueFilter, bound: DeadSet, after: tuple[int, str] | None,
                       limit: int) -> builtins.list[tuple[str, int]]:
         """(queue_id, updated_at) of the rows still inside ``bound``, oldest first, after ``after``."""
         conditions = [where.condition(), bound.condition()]
         if after is not None:
-            key_at, key_id = after
-            conditions.append(and_(reach_queue.c.updated_at >= key_at, or_(
-                reach_queue.c.updated_at > key_at, reach_queue.c.queue_id > key_id)))
+            conditions.append(_KEY.after(after))
         query = (select(reach_queue.c.queue_id, reach_queue.c.updated_at).where(*conditions)
                  .order_by(reach_queue.c.updated_at, reach_queue.c.queue_id).limit(limit))
         return read(self.engine, lambda conn: [(str(r[0]), to_ms(r[1], "updated_at")) for r in conn.execute(query)])
@@ -201,17 +189,9 @@ class QueueFilter:
 
 
 @dataclass(frozen=True)
-class DeadSet:
-    """A captured bulk-requeue set: rows with (updated_at, queue_id) <= (bound_at, bound_id)
-    (``bound_id`` None: every queue id at bound_at), and how many there were."""
-
-    bound_at: int
-    bound_id: str | None
-    count: int
-    more: bool = False  # more rows matched than the set takes (the oldest are in it)
+class DeadSet(Captured):
+    """A captured bulk-requeue set of dead letters, by (updated_at, queue_id)
+    (store/captured_sets.py)."""
 
     def condition(self) -> ColumnElement[bool]:
-        if self.bound_id is None:
-            return reach_queue.c.updated_at <= self.bound_at
-        return and_(reach_queue.c.updated_at <= self.bound_at, or_(
-            reach_queue.c.updated_at < self.bound_at, reach_queue.c.queue_id <= self.bound_id))
+        return _KEY.up_to(self.bound_at, self.bound_id)
