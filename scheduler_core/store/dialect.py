@@ -5,9 +5,9 @@
   errors into warnings);
 - ``greatest(a, b)``: SQLite spells it ``max(a, b)``;
 - batches (``Batch``, ``insert_ignore_many``, ``StatementCache``): PostgreSQL gets whole
-  batches as parameters that do not depend on the batch size (lists as arrays, ``= ANY(:ids)``;
-  rows as one JSON document, ``jsonb_array_elements``), so a statement does not depend
-  on the batch size and is built, compiled and prepared once; elsewhere expanding ``IN``, a
+  batches as parameters that do not depend on the batch size (string lists as one ``text[]``
+  literal, ``= ANY($1::TEXT[])``; rows as one JSON document, ``jsonb_array_elements``), so a
+  statement does not depend on the batch size and is built, compiled and prepared once; elsewhere expanding ``IN``, a
   CASE keyed by the primary key per column, and multi-row VALUES.
 
 Transactions, retries and held connections are in transactions.py.
@@ -41,7 +41,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.dml import Insert
-from sqlalchemy.types import TypeEngine
+from sqlalchemy.types import TypeEngine, UserDefinedType
 
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.store.driver import DriverStatement
@@ -71,13 +71,13 @@ def insert_ignore_many(conn: Connection, table: Table, rows: Sequence[dict[str, 
     (PostgreSQL, SQLite), or None where the database cannot tell (MySQL).
 
     Every row has the same keys; ``common`` holds values every row gets, SQL expressions
-    included (the DB clock). PostgreSQL: ``INSERT ... SELECT unnest(:column_array), ...``, a
-    statement independent of the row count (kept in ``cache`` under ``name``). SQLite: an
-    executemany with RETURNING, which SQLAlchemy sends as one multi-row INSERT from a statement
-    compiled once (its "insertmanyvalues"; without RETURNING the driver would run one
-    statement per row); MariaDB likewise. MySQL: one multi-row ``INSERT ... VALUES`` built per
-    call (PyMySQL would split an executemany whose VALUES hold an expression into one
-    statement per row).
+    included (the DB clock). PostgreSQL: ``INSERT ... SELECT`` over the rows as one JSON
+    document (``jsonb_array_elements``), a statement independent of the row count (kept in
+    ``cache`` under ``name``). SQLite: an executemany with RETURNING, which SQLAlchemy sends
+    as one multi-row INSERT from a statement compiled once (its "insertmanyvalues"; without
+    RETURNING the driver would run one statement per row); MariaDB likewise. MySQL: one
+    multi-row ``INSERT ... VALUES`` built per call (PyMySQL would split an executemany whose
+    VALUES hold an expression into one statement per row).
     """
     key = table.primary_key.columns.values()[0]
     common = common or {}
@@ -161,10 +161,18 @@ class Batch:
         return self
 
     def one_of(self, column: Column[Any], name: str) -> ColumnElement[bool]:
-        """``column`` is one of the list ``name`` (strings for a string column)."""
+        """``column`` is one of the list ``name`` (strings for a string column).
+
+        On PostgreSQL a string list is the parameter itself typed ``text[]`` (``$1::TEXT[]``):
+        the server reads the literal once, when the statement is bound, and the planner sees
+        a constant array, which it can hash (PostgreSQL 14+) or use as an index condition.
+        ``CAST($1::VARCHAR AS TEXT[])`` was a conversion the planner does not fold: where a
+        small journal is read with a sequential scan, it parsed the whole literal again for
+        every row (200 ids over 2,000 rows: about 90 ms instead of 1 ms).
+        """
         if self.cacheable:
             if isinstance(column.type, String):
-                return column == any_(cast(bindparam(name, type_=Text()), ARRAY(Text())))
+                return column == any_(bindparam(name, type_=TextArrayLiteral()))
             return column == any_(bindparam(name, type_=ARRAY(column.type)))
         return column.in_(bindparam(name, expanding=True))
 
@@ -220,6 +228,18 @@ class Batch:
             elements += [source.c[name] for name in self._shared]
             self._derived = select(*elements).select_from(source).subquery("batch")
         return self._derived
+
+
+class TextArrayLiteral(UserDefinedType[str]):
+    """A PostgreSQL ``text[]`` parameter given as its array literal (``_pg_text_array``): the
+    bind is rendered ``$1::TEXT[]`` and the value sent as it is (no processing), so the
+    server parses it as ``text[]`` when binding -- a constant for the planner."""
+
+    cache_ok = True
+    render_bind_cast = True
+
+    def get_col_spec(self, **_: Any) -> str:
+        return "TEXT[]"
 
 
 def _all_text(items: list[Any]) -> bool:
