@@ -170,8 +170,6 @@ class Node:
             self._cancel_stale_runners(definitions)
         if self._recovery.due(snapshot.leases_expired, snapshot.earliest_lease_until):
             self._recovery.recover_expired(snapshot.earliest_lease_until)  # runtime/recovery.py
-        if snapshot.latest_queued is not None and snapshot.latest_queued != self._queued_seen:
-            self._claim_queued(snapshot)
         due = self.planner.due(snapshot.now_ms)
         self._watch.add(d for d in due if not self._runnable(d.task_id))
         due = [d for d in due if self._runnable(d.task_id)]
@@ -181,6 +179,10 @@ class Node:
             self._claim_backlog()
         finally:
             self.planner.replan()
+        # Queued rows after this minute's claims: a catch-up run waits for its task's slot, so
+        # the minute that is due now is never skipped because a catch-up run took the slot first.
+        if snapshot.latest_queued is not None and snapshot.latest_queued != self._queued_seen:
+            self._claim_queued(snapshot)
         if due:
             self._spread.refresh_if_stale()
         if self._watch:

@@ -15,6 +15,8 @@ from scheduler_core import Scheduler, TaskDefinition
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.db.tables import executions
 from scheduler_core.errors import ConfigError, TaskNotFoundError
+from scheduler_core.statuses import Trigger
+from scheduler_core.store import ClaimRequest
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.journal import abandon_running_execution, enter_minute
 
@@ -177,3 +179,28 @@ def test_pause_input_is_checked_by_name(make_node: MakeNode, engine: Engine) -> 
     with pytest.raises(ConfigError):
         node.pause(5)  # type: ignore[arg-type]
     assert node.task_state("job").state == "ok"
+
+
+def test_a_queued_catch_up_run_never_makes_the_due_minute_skipped(make_node: MakeNode, engine: Engine) -> None:
+    """A node whose tick finds both a queued catch-up run of a task (another node's gap scan
+    journaled it a moment ago) and that task's minute due claims the minute first: the minute
+    runs on time, the catch-up run waits for the slot and follows. Claimed the other way round,
+    the catch-up run took the slot and the due minute was ``skipped`` (``slot_busy``) -- seen
+    with two nodes coming back at once in tests/multinode/test_downtime.py, under load."""
+    admin = make_node()
+    admin.register(TaskDefinition(id="latest", name="Latest", cron="* * * * *",
+                                  catchup={"policy": "latest", "window_ms": 10 * MINUTE}))
+    now = enter_minute(engine, 2)
+    missed = now - 2 * MINUTE
+    task = admin.task_ops.get("latest")
+    admin.context().handoff.enqueue([ClaimRequest(
+        occurrence_id=cron_occurrence_id("latest", missed), task_id="latest", task_revision=task.revision,
+        trigger=Trigger.CATCHUP, max_attempts=task.max_attempts, token="", scheduled_minute=missed)])
+    node = make_node(hooks=hooks())
+    node.start()
+    wait_until(lambda: done(engine, "latest", now) and done(engine, "latest", missed),
+               "the due minute and the catch-up run")
+    rows = journal(engine, "latest")
+    assert (rows[now].status, rows[now].trigger) == ("success", "cron"), (rows[now].status, rows[now].reason)
+    assert (rows[missed].status, rows[missed].trigger) == ("success", "catchup")
+    assert rows[now].attempts[0]["finished_at"] <= rows[missed].attempts[0]["started_at"], "through one slot"
