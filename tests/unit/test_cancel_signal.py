@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from scheduler_core.executors.base import CancelSignal
 
@@ -37,18 +38,28 @@ def test_a_wait_that_times_out_says_not_cancelled() -> None:
 
 
 def test_many_waiters_and_cancellers_at_once() -> None:
+    """200 waiters asleep on their Events, then 200 cancellers at once: every waiter wakes.
+
+    The cancellers start only once every waiter has made its Event (it is asleep on it, or
+    about to be), so a waiter can no longer see the flag before sleeping: a cancel that does
+    not set the Event leaves the waiters asleep until their 60 s and fails the join."""
     signals = [CancelSignal() for _ in range(200)]
     results: dict[int, bool] = {}
 
     def wait(i: int) -> None:
         results[i] = signals[i].wait(60)
 
-    threads = [threading.Thread(target=wait, args=(i,)) for i in range(200)]
-    threads += [threading.Thread(target=s.cancel, args=(f"r{i}",)) for i, s in enumerate(signals)]
-    for t in threads:
+    waiters = [threading.Thread(target=wait, args=(i,)) for i in range(200)]
+    for t in waiters:
         t.start()
-    for t in threads:
-        t.join(20)
-    assert not any(t.is_alive() for t in threads), "a waiter missed its cancellation"
+    while any(s._event is None for s in signals):
+        threading.Event().wait(0.01)
+    cancellers = [threading.Thread(target=s.cancel, args=(f"r{i}",)) for i, s in enumerate(signals)]
+    for t in cancellers:
+        t.start()
+    deadline = time.monotonic() + 10  # one deadline for all: well before the waiters' own 60 s
+    for t in waiters + cancellers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in waiters), "a waiter slept through its cancellation"
     assert results == {i: True for i in range(200)}
     assert [s.reason for s in signals] == [f"r{i}" for i in range(200)]
