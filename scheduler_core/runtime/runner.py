@@ -57,8 +57,9 @@ class Runner:
 
     def start(self) -> None:
         """Run until the terminal commit is handed to the node's group commit (a pool worker's
-        entry: the worker is free again while the commit is written)."""
-        self.ctx.register_runner(self)
+        entry: the worker is free again while the commit is written). Whoever made the runner
+        registered it first (``RuntimeContext.register_runner``): its lease is renewed, and
+        ``close()`` waits for it, from the claim on."""
         try:
             step = self._run()
         except Exception:

@@ -23,7 +23,7 @@ db/clock.py) each time it runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from sqlalchemy.engine import Connection
@@ -57,9 +57,6 @@ class DriverResult:
     def scalars(self) -> _Scalars:
         return _Scalars(self.rows)
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.rows)
-
 
 class _Scalars:
     """The first column of each row."""
@@ -71,9 +68,6 @@ class _Scalars:
 
     def all(self) -> list[Any]:
         return [row[0] for row in self.rows]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.all())
 
 
 class DriverStatement:
