@@ -60,6 +60,7 @@ def _steps() -> list[Step]:
         Step("compare", "compare.py", ("--backend", "postgresql", "--tasks", "10000")),
         Step("steady-sqlite-mysql", "steady.py",
              ("--backend", "sqlite", "--backend", "mysql", "--tasks", "1000", "--minutes", "3")),
+        Step("list-params", "list_params.py", ("--backend", "postgresql")),
     ]
 
 
