@@ -238,6 +238,18 @@ def server_database(request: pytest.FixtureRequest, tmp_path: object) -> Iterato
 
 
 @pytest.fixture
+def pg(tmp_path: object) -> Iterator[Engine]:
+    """An engine on a migrated clean PostgreSQL database, for tests of PostgreSQL's own SQL."""
+    server("postgresql")
+    for database in _migrated_database("postgresql", tmp_path):
+        eng = create_engine(database.url)
+        try:
+            yield eng
+        finally:
+            close_engine(eng)
+
+
+@pytest.fixture
 def engine(database: TestDatabase) -> Iterator[Engine]:
     """An engine on a migrated clean database; fails the test if a connection leaks."""
     eng = create_engine(database.url)

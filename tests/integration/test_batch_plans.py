@@ -14,32 +14,17 @@ a list converted at run time shows as ``('{...}'::cstring)::text[]``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import close_engine, create_engine
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.runtime.recovery import claimed_execution
 from scheduler_core.store.executions import BeginRequest, ClaimRequest, ExecutionRepository, FinishRequest
-from tests.conftest import _migrated_database, server
 
 JOURNAL = 2_000  # small enough that PostgreSQL reads it with a sequential scan
 BATCH = 200
-
-
-@pytest.fixture
-def pg(tmp_path: object) -> Iterator[Engine]:
-    server("postgresql")
-    for database in _migrated_database("postgresql", tmp_path):
-        engine = create_engine(database.url)
-        try:
-            yield engine
-        finally:
-            close_engine(engine)
 
 
 def _requests(count: int, prefix: str) -> list[ClaimRequest]:

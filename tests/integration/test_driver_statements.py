@@ -8,29 +8,14 @@ and a lost connection invalidated so the pool does not hand it out again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy import Integer, bindparam, event, literal, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.clock import db_now_ms
 from scheduler_core.store.driver import DriverStatement
 from scheduler_core.testing import set_clock_offset
-from tests.conftest import _migrated_database, server
-
-
-@pytest.fixture
-def pg(tmp_path: object) -> Iterator[Engine]:
-    server("postgresql")
-    for database in _migrated_database("postgresql", tmp_path):
-        engine = create_engine(database.url)
-        try:
-            yield engine
-        finally:
-            close_engine(engine)
 
 
 def test_a_value_read_by_a_callable_is_read_at_every_run(pg: Engine) -> None:
