@@ -212,6 +212,54 @@ def table_bytes(engine: Engine, names: Sequence[str]) -> int:
     return read(engine, measure)
 
 
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (None: no such process here)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def database_cpu_s(engine: Engine) -> float | None:
+    """CPU seconds the database server has used so far, when it runs on this host (else None).
+
+    PostgreSQL: the postmaster (the parent of this connection's backend) with the CPU of the
+    backends it has reaped, plus every live backend; MySQL / MariaDB: the server process (all
+    its threads). SQLite has no server (its CPU is the nodes'). The difference of two readings
+    is the whole server's CPU in between, every database's on it."""
+    kind = dialect_kind(engine)
+    if kind == "sqlite":
+        return None
+    with engine.connect() as conn:
+        server_pid = int(conn.execute(text("SELECT pg_backend_pid()" if kind == "postgresql"
+                                           else "SELECT CONNECTION_ID()")).scalar_one())
+        if kind == "mysql":
+            pid_file = str(conn.execute(text("SELECT @@pid_file")).scalar_one())
+        conn.rollback()
+    tick = os.sysconf("SC_CLK_TCK")
+    if kind == "mysql":
+        try:
+            fields = _proc_stat(int(Path(pid_file).read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            return None
+        return None if fields is None else (int(fields[11]) + int(fields[12])) / tick
+    backend = _proc_stat(server_pid)
+    if backend is None:
+        return None  # the server is on another host
+    postmaster = int(backend[1])
+    own = _proc_stat(postmaster)
+    if own is None:
+        return None
+    total = sum(int(v) for v in own[11:15])  # utime, stime, cutime, cstime
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _proc_stat(int(entry))
+            if fields is not None and fields[1] == str(postmaster):
+                total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def scalar(engine: Engine, statement: Executable) -> int:
     """One number, read without taking SQLite's write lock (the nodes keep writing meanwhile)."""
     return int(read(engine, lambda conn: conn.execute(statement).scalar_one()))

@@ -1,7 +1,10 @@
 """Steady state: N tasks (default 1,000) firing every minute for M minutes (default 10) on K nodes (2).
 
 Reports fire lateness p50 / p99 / max (first attempt's start minus the scheduled minute, DB
-clock), the CPU each node used (all its threads, per minute and per execution), SQL statements
+clock), the CPU each node used (all its threads, per minute and per execution), the database
+server's CPU per execution (when it runs on this host: the whole server from the nodes' start
+to their stop, their start-up, this script's polling and any other database's work included --
+run it on a quiet server), SQL statements
 per execution, and how much the journal and the logs grew per occurrence (bytes: PostgreSQL
 ``pg_total_relation_size``, MySQL ``data_length + index_length`` after ANALYZE, SQLite pages in
 ``dbstat``; indexes included, and dead row versions not yet vacuumed too -- that is real growth).
@@ -35,6 +38,7 @@ from _common import (
     Target,
     add_common_args,
     base_parser,
+    database_cpu_s,
     fetch,
     kill_all,
     next_boundary,
@@ -66,7 +70,8 @@ COLUMNS = [("backend", "database"), ("tasks", "tasks"), ("minutes", "minutes"), 
            ("transactions_per_execution", "transactions / execution"),
            ("sql_commands_per_execution", "all SQL commands / execution"),
            ("cpu_s_per_minute", "CPU s / minute / node"),
-           ("cpu_ms_per_execution", "CPU ms / execution"), ("bytes_per_occurrence", "bytes / occurrence"),
+           ("cpu_ms_per_execution", "CPU ms / execution"),
+           ("db_cpu_ms_per_execution", "database CPU ms / execution"), ("bytes_per_occurrence", "bytes / occurrence"),
            ("min_node_share_pct", "least node share %")]
 GROWTH_TABLES = ("executions", "logs")
 
@@ -111,6 +116,7 @@ def _measure(target: Target, count: int, minutes: int, node_count: int, lead_s: 
         last = first + (minutes - 1) * MINUTE_MS
         env = {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
         options = {"url": target.url, "concurrency": concurrency, "tick_ms": 1000, "handler_ms": handler_ms}
+        db_cpu_before = database_cpu_s(engine)
         procs = [spawn("_node.py", [json.dumps({**options, "node_id": f"steady-{i}"})], f"steady-{i}", env)
                  for i in range(node_count)]
         try:
@@ -119,8 +125,13 @@ def _measure(target: Target, count: int, minutes: int, node_count: int, lead_s: 
             stats = stop_all(procs)
         finally:
             kill_all(procs)
+        db_cpu_after = database_cpu_s(engine)
         growth = table_bytes(engine, GROWTH_TABLES) - size_before
-        return summarise(engine, target.label, first, last, count, minutes, stats, growth)
+        result = summarise(engine, target.label, first, last, count, minutes, stats, growth)
+        if db_cpu_before is not None and db_cpu_after is not None:  # a server on this host
+            executed = max(1, sum(s["started"] for s in stats))
+            result["db_cpu_ms_per_execution"] = round((db_cpu_after - db_cpu_before) * 1000 / executed, 2)
+        return result
     finally:
         close_engine(engine)
 
