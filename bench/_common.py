@@ -232,19 +232,17 @@ def database_cpu_s(engine: Engine) -> float | None:
     if kind == "sqlite":
         return None
     with engine.connect() as conn:
-        server_pid = int(conn.execute(text("SELECT pg_backend_pid()" if kind == "postgresql"
-                                           else "SELECT CONNECTION_ID()")).scalar_one())
-        if kind == "mysql":
-            pid_file = str(conn.execute(text("SELECT @@pid_file")).scalar_one())
+        asked = conn.execute(text("SELECT pg_backend_pid()" if kind == "postgresql" else "SELECT @@pid_file"))
+        answer = str(asked.scalar_one())
         conn.rollback()
     tick = os.sysconf("SC_CLK_TCK")
-    if kind == "mysql":
+    if kind == "mysql":  # the server's pid file (readable only on the server's host)
         try:
-            fields = _proc_stat(int(Path(pid_file).read_text().split()[0]))
+            fields = _proc_stat(int(Path(answer).read_text().split()[0]))
         except (OSError, ValueError, IndexError):
             return None
         return None if fields is None else (int(fields[11]) + int(fields[12])) / tick
-    backend = _proc_stat(server_pid)
+    backend = _proc_stat(int(answer))
     if backend is None:
         return None  # the server is on another host
     postmaster = int(backend[1])

@@ -7,8 +7,8 @@
 - batches (``Batch``, ``insert_ignore_many``, ``StatementCache``): PostgreSQL gets whole
   batches as parameters that do not depend on the batch size (string lists as one ``text[]``
   literal, ``= ANY($1::TEXT[])``; rows as one JSON document, ``jsonb_array_elements``), so a
-  statement does not depend on the batch size and is built, compiled and prepared once; elsewhere expanding ``IN``, a
-  CASE keyed by the primary key per column, and multi-row VALUES.
+  statement does not depend on the batch size and is built, compiled and prepared once;
+  elsewhere expanding ``IN``, a CASE keyed by the primary key per column, and multi-row VALUES.
 
 Transactions, retries and held connections are in transactions.py.
 """
