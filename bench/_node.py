@@ -12,13 +12,16 @@ It counts every SQL statement (SQLAlchemy ``before_cursor_execute``, by leading 
 every commit of its engine, the ticks of its scheduler and its CPU time (all threads). With
 ``warmup_ticks`` > 0 the figures cover whole ticks only: from the end of that tick to the end
 of the last tick before SIGTERM (start-up, like loading 10,000 definitions, is left out).
-On SIGTERM it closes cleanly and prints one JSON object on the last stdout line.
+On SIGTERM it closes cleanly and prints one JSON object on the last stdout line (with every full
+garbage collection of the process: its pause and where in the DB-clock minute it began).
 ``HAI_TEST_DB_CLOCK_OFFSET_MS`` moves its DB clock (scheduler_core.testing).
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import signal
 import sys
 import threading
@@ -176,6 +179,27 @@ class Node:
                 self.stop.wait(0.05)
 
 
+class FullCollections:
+    """Python's full (generation 2) collections in this process: how long each stopped the
+    threads, and where in its DB-clock minute it began (steady.py counts those in a burst)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, int]] = []  # (ms, ms into the minute)
+        self._began = 0.0
+        self._offset_ms = int(os.environ.get("HAI_TEST_DB_CLOCK_OFFSET_MS") or 0)
+        gc.callbacks.append(self._watch)
+
+    def _watch(self, phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        into_minute = int(time.time() * 1000 + self._offset_ms) % 60_000
+        self.seen.append((round((time.perf_counter() - self._began) * 1000, 1), into_minute))
+
+
 if __name__ == "__main__":
+    collections = FullCollections()
     node = Node(json.loads(sys.argv[1]))
-    print(json.dumps(node.run()), flush=True)
+    print(json.dumps({**node.run(), "full_collections": collections.seen}), flush=True)

@@ -72,7 +72,8 @@ COLUMNS = [("backend", "database"), ("tasks", "tasks"), ("minutes", "minutes"), 
            ("cpu_s_per_minute", "CPU s / minute / node"),
            ("cpu_ms_per_execution", "CPU ms / execution"),
            ("db_cpu_ms_per_execution", "database CPU ms / execution"), ("bytes_per_occurrence", "bytes / occurrence"),
-           ("min_node_share_pct", "least node share %")]
+           ("min_node_share_pct", "least node share %"),
+           ("burst_full_collections", "full GC in a minute's first 2 s (max ms)")]
 GROWTH_TABLES = ("executions", "logs")
 
 
@@ -167,7 +168,15 @@ def summarise(engine: Any, kind: str, first: int, last: int, count: int, minutes
         "bytes_per_occurrence": round(growth / max(1, len(rows))), "growth_bytes": growth,
         "started_per_node": [s["started"] for s in stats],
         "min_node_share_pct": _min_share(in_window, len(stats), first, last),
+        "burst_full_collections": _burst_collections(stats),
     }
+
+
+def _burst_collections(stats: list[dict[str, Any]]) -> str:
+    """Python's full collections that began in the first 2 s of a minute, when a minute's work
+    starts (every thread of that node stops meanwhile): how many, and the longest pause."""
+    pauses = [ms for s in stats for ms, into_minute in s.get("full_collections", []) if into_minute < 2_000]
+    return f"{len(pauses)} ({max(pauses):.0f})" if pauses else "0"
 
 
 def _min_share(rows: list[Any], node_count: int, first: int, last: int) -> float:

@@ -1,11 +1,14 @@
 """Group commit of owner writes: many runners' begins and finishes in few transactions. One flusher
 thread per kind writes what is queued as one batch (a row the database refuses fails alone), keeps
-its connection while batches follow, and never waits for a timer (docs/architecture.md, "Group commit")."""
+its connection while batches follow, and never waits for a timer -- except that terminal commits
+wait, briefly and bounded, while the node still has starts to make (docs/architecture.md, "Group
+commit")."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
@@ -22,6 +25,9 @@ R = TypeVar("R")
 MAX_BATCH = 500  # rows per transaction: bounds statement size and lock hold time
 RELEASE_S = 0.05  # a flusher with nothing to do for this long gives its connection back
 IDLE_EXIT_S = 2.0  # ... and ends after this long (a new submit restarts it)
+DEFER_MAX_S = 1.0  # a deferred write waits at most this long for the starts to be made ...
+DEFER_BATCH = 100  # ... and no longer once this many are queued (one large batch is cheap)
+DEFER_POLL_S = 0.005  # how often a deferring flusher asks again
 
 
 _SETTLING = threading.Lock()  # orders Answer's callback registration against its settling (held briefly)
@@ -106,13 +112,28 @@ class GroupCommit(Generic[T, R]):
         self._max_batch = max_batch
         self._on_idle = on_idle
         self._queue: list[tuple[T, Answer[R]]] = []
+        self._queued_at = 0.0  # when the oldest queued request came (monotonic)
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._draining = False
+        self._flushing = False
+        self._defer: Callable[[], bool] | None = None
+
+    def defer_while(self, busy: Callable[[], bool]) -> None:
+        """Hold queued writes while ``busy()`` says more urgent work waits (the node's starts),
+        for at most ``DEFER_MAX_S`` and only until ``DEFER_BATCH`` are queued; a drain never
+        waits. ``busy`` is called with this group commit's lock held: it must not submit here."""
+        self._defer = busy
+
+    def pending(self) -> bool:
+        """Something is queued or being written."""
+        return bool(self._queue) or self._flushing
 
     def submit(self, item: T) -> Answer[R]:
         future: Answer[R] = Answer()
         with self._cond:
+            if not self._queue:
+                self._queued_at = time.monotonic()
             self._queue.append((item, future))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=f"hai-{self._name}", daemon=True)
@@ -128,7 +149,12 @@ class GroupCommit(Generic[T, R]):
                         self._thread = None
                         return
                     batch, self._queue = self._queue[:self._max_batch], self._queue[self._max_batch:]
-                self._run(batch)
+                    self._queued_at = time.monotonic()
+                    self._flushing = True
+                try:
+                    self._run(batch)
+                finally:
+                    self._flushing = False
         finally:  # ended abnormally (not even an Exception): let a new flusher take what is queued
             with self._cond:
                 if self._thread is threading.current_thread():
@@ -141,16 +167,27 @@ class GroupCommit(Generic[T, R]):
         """(Lock held.) False: nothing came for ``IDLE_EXIT_S`` (or draining), the thread ends.
         A pause longer than ``RELEASE_S`` gives the connection back first: an idle node holds
         none, and a burst, whose flushes follow each other, keeps one."""
-        if self._queue:
-            return True
-        if not self._draining:
-            self._cond.wait(RELEASE_S)
         if not self._queue:
-            if self._on_idle is not None:
-                self._on_idle()
             if not self._draining:
-                self._cond.wait(IDLE_EXIT_S - RELEASE_S)
-        return bool(self._queue)
+                self._cond.wait(RELEASE_S)
+            if not self._queue:
+                if self._on_idle is not None:
+                    self._on_idle()
+                if not self._draining:
+                    self._cond.wait(IDLE_EXIT_S - RELEASE_S)
+        if not self._queue:
+            return False
+        self._hold()
+        return True
+
+    def _hold(self) -> None:
+        """(Lock held, something queued.) Wait while the node has more urgent work (``defer_while``)."""
+        busy = self._defer
+        if busy is None:
+            return
+        until = self._queued_at + DEFER_MAX_S
+        while not self._draining and len(self._queue) < DEFER_BATCH and time.monotonic() < until and busy():
+            self._cond.wait(DEFER_POLL_S)
 
     def drain(self) -> None:
         """Return once everything submitted is written and the flusher has ended (its

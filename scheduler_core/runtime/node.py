@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.model import Execution, TaskDefinition
+from scheduler_core.runtime.collector import BurstCollector
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.housekeeping import Housekeeping
 from scheduler_core.runtime.misses import MINUTE_MS, CapabilityWatch, plan_gap
@@ -72,6 +73,11 @@ class Node:
         self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000)  # which due occurrences it claims first
         self._recovery = ExpiryRecovery(ctx, self.planner, self._free_capacity, self._submit)
         self._housekeeping = Housekeeping(ctx)
+        self._collector = BurstCollector(self.planner, ctx.clock, ctx.config.tick_interval_ms)
+        self._waiting_runs = 0  # submitted to the pool, not yet on a thread (under _pooled_lock)
+        # Starts before bookkeeping: terminal commits wait (bounded) while this node has starts
+        # to make, so that a burst's claims and begins do not share the CPU with them.
+        ctx.writes.finishes.defer_while(self._starts_pending)
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -101,6 +107,7 @@ class Node:
         comes first; meanwhile claim at once whenever a thread frees and the backlog waits."""
         while not self._stopping.is_set():
             self.tick()
+            self._collector.before_next_minute()  # runtime/collector.py
             deadline = time.monotonic() + self._wait_s()
             while not self._stopping.is_set():
                 remaining = deadline - time.monotonic()
@@ -226,7 +233,13 @@ class Node:
         if self._run_seconds:
             pace = config.max_concurrency * PREFETCH_HORIZON_S / self._run_seconds
             prefetch = max(prefetch, min(MAX_PREFETCH, int(pace)))
-        return max(0, config.max_concurrency + prefetch - len(self.ctx.runners()))
+        needing_thread = sum(1 for runner in self.ctx.runners() if not runner.committing)
+        return max(0, config.max_concurrency + prefetch - needing_thread)
+
+    def _starts_pending(self) -> bool:
+        """Due work this node has yet to start: occurrences in the backlog, runners waiting for a
+        thread, begins queued or being written."""
+        return bool(self.planner.backlog) or self._waiting_runs > 0 or self.ctx.writes.begins.pending()
 
     def _claim_backlog(self) -> None:
         """Claim from the backlog while there is room, in batches that double from twice the
@@ -359,11 +372,19 @@ class Node:
         assert self.pool is not None
         with self._pooled_lock:
             self._pooled.add(runner)
+            self._waiting_runs += 1
         runner.done.add_done_callback(lambda _: self._forget_pooled(runner))
-        self.pool.submit(self._timed, runner)
+        try:
+            self.pool.submit(self._timed, runner)
+        except BaseException:  # (a pool shut down) it will never wait for a thread
+            with self._pooled_lock:
+                self._waiting_runs -= 1
+            raise
 
     def _timed(self, runner: Runner) -> None:
         """Run on a pool thread, measuring how long it holds the thread (the prefetch follows it)."""
+        with self._pooled_lock:
+            self._waiting_runs -= 1
         began = time.monotonic()
         try:
             runner.start()
@@ -371,12 +392,12 @@ class Node:
             took = time.monotonic() - began
             self._run_seconds = took if not self._run_seconds else (1 - PACE_WEIGHT) * self._run_seconds \
                 + PACE_WEIGHT * took
+            if self.planner.backlog:  # the thread is free now, the terminal commit perhaps not yet
+                self._room.set()
 
     def _forget_pooled(self, runner: Runner) -> None:
         with self._pooled_lock:
             self._pooled.discard(runner)
-        if self.planner.backlog:
-            self._room.set()
 
     # --- definitions changed under running executions ------------------------------------
 

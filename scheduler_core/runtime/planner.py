@@ -88,6 +88,17 @@ class Planner:
     def next_fire(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 
+    def planned_at(self, minute_ms: int, at_least: int) -> bool:
+        """At least ``at_least`` tasks are planned to fire at ``minute_ms`` (stale entries of
+        changed tasks count too: an estimate, for the garbage collector's timing)."""
+        found = 0
+        for fire, _, _ in self._heap:
+            if fire == minute_ms:
+                found += 1
+                if found >= at_least:
+                    return True
+        return False
+
 
 def _memoized_next_fire() -> Callable[[TaskDefinition, int], int]:
     """``next_fire_ms`` for one planning pass, computed once per (cron, timezone, after):

@@ -47,6 +47,9 @@ class Runner:
         self.owned = owned
         self.signal = CancelSignal()
         self.done: Answer[ExecutionLog] = Answer()  # the caller-facing record, once settled
+        # The terminal commit is handed to the group commit: the runner needs no thread any more
+        # (the node's claims count the runners that still do).
+        self.committing = False
 
     # --- entry -----------------------------------------------------------------------
 
@@ -219,6 +222,7 @@ class Runner:
         runner settles when it is decided."""
         request = FinishRequest(self.owned.execution, self.owned.token, status, reason, tuple(self.owned.attempts),
                                 release)
+        self.committing = True
         self.ctx.writes.finishes.submit(request).add_done_callback(lambda f: self._finished(request, f))
         return Next.COMMITTING
 
