@@ -28,6 +28,7 @@ from scheduler_core.db.tables import executions
 from scheduler_core.model import Execution, RetryPolicy
 from scheduler_core.store.executions import execution_from_row
 from scheduler_core.testing import OFFSET_ENV, clock_offset
+from tests.helpers.node_cluster import register_tasks
 from tests.helpers.oracle import Effect, TaskSpec, read_events, record_effect
 from tests.helpers.processes import HELPERS
 
@@ -36,15 +37,10 @@ ROOT = HELPERS.parent.parent
 
 def register(engine: Engine, specs: Iterable[TaskSpec], retry: int = 3) -> None:
     """Store the tasks (hook handlers); idempotent ones get a budget of ``retry`` attempts."""
-    admin = Scheduler(engine, SchedulerConfig(node_id="admin"))
-    admin.init()
-    try:
-        for spec in specs:
-            admin.register(TaskDefinition(id=spec.id, name=spec.id, cron=spec.cron, timezone=spec.timezone,
-                                          idempotent=spec.idempotent,
-                                          retry=RetryPolicy(max_attempts=retry) if spec.idempotent else None))
-    finally:
-        admin.close()
+    register_tasks(engine, (TaskDefinition(id=spec.id, name=spec.id, cron=spec.cron, timezone=spec.timezone,
+                                           idempotent=spec.idempotent,
+                                           retry=RetryPolicy(max_attempts=retry) if spec.idempotent else None)
+                            for spec in specs))
 
 
 # --- node processes --------------------------------------------------------------------------

@@ -9,18 +9,31 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
+from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.db import db_now_ms
 from scheduler_core.db.tables import executions
 from tests.conftest import TestDatabase
 from tests.helpers.processes import HELPERS, faketime_env
 
 NODE_SETUPS = [("+2h", "Asia/Tokyo"), ("-2h", "America/New_York")]
+
+
+def register_tasks(engine: Engine, definitions: Iterable[TaskDefinition]) -> None:
+    """Store ``definitions`` through a short-lived node that never starts (as an admin would)."""
+    admin = Scheduler(engine, SchedulerConfig(node_id="admin"))
+    admin.init()
+    try:
+        for definition in definitions:
+            admin.register(definition)
+    finally:
+        admin.close()
 
 
 def db_now(engine: Engine) -> int:

@@ -21,9 +21,17 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core import TaskDefinition
 from tests.conftest import TestDatabase
-from tests.helpers.node_cluster import cron_at, journal, next_boundary, spawn_node, stop_nodes, wait_ready
+from tests.helpers.node_cluster import (
+    cron_at,
+    journal,
+    next_boundary,
+    register_tasks,
+    spawn_node,
+    stop_nodes,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.slow
 TASKS = 4
@@ -34,13 +42,8 @@ ON_TIME_MS = 5_000  # under a run's length, a fifth of an interval wake's delay
 def test_two_nodes_wake_at_the_minute_not_at_their_next_tick(database: TestDatabase, engine: Engine,
                                                             tmp_path: Path) -> None:
     offset, boundary = next_boundary(engine, lead_ms=6_000)
-    admin = Scheduler(engine, SchedulerConfig(node_id="admin"))
-    admin.init()
-    try:
-        for i in range(TASKS):
-            admin.register(TaskDefinition(id=f"wake-{i:02d}", name=f"Wake {i}", cron=cron_at(boundary)))
-    finally:
-        admin.close()
+    register_tasks(engine, (TaskDefinition(id=f"wake-{i:02d}", name=f"Wake {i}", cron=cron_at(boundary))
+                            for i in range(TASKS)))
     effects = tmp_path / "effects.log"
     env = {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
     options = {"tick_interval_ms": 30_000, "max_concurrency": 2, "max_queued": 0,

@@ -10,10 +10,18 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core import TaskDefinition
 from scheduler_core.cron import cron_occurrence_id
 from tests.conftest import TestDatabase
-from tests.helpers.node_cluster import effects_of, journal, next_boundary, spawn_node, stop_nodes, wait_ready
+from tests.helpers.node_cluster import (
+    effects_of,
+    journal,
+    next_boundary,
+    register_tasks,
+    spawn_node,
+    stop_nodes,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.slow
 MINUTE = 60_000
@@ -43,16 +51,12 @@ def _wait(engine: Engine, minutes: dict[str, list[int]], procs: list[object]) ->
 def test_the_first_node_back_journals_the_gap_and_catches_up(database: TestDatabase, engine: Engine,
                                                              tmp_path: Path) -> None:
     offset, first = next_boundary(engine, lead_ms=4_000)
-    admin = Scheduler(engine, SchedulerConfig(node_id="admin"))
-    admin.init()
-    try:
-        admin.register(TaskDefinition(id="none", name="None", cron="* * * * *"))
-        admin.register(TaskDefinition(id="latest", name="Latest", cron="* * * * *",
-                                      catchup={"policy": "latest", "window_ms": 30 * MINUTE}))
-        admin.register(TaskDefinition(id="all", name="All", cron="* * * * *", idempotent=True,
-                                      catchup={"policy": "all", "window_ms": 30 * MINUTE}))
-    finally:
-        admin.close()
+    register_tasks(engine, [
+        TaskDefinition(id="none", name="None", cron="* * * * *"),
+        TaskDefinition(id="latest", name="Latest", cron="* * * * *",
+                       catchup={"policy": "latest", "window_ms": 30 * MINUTE}),
+        TaskDefinition(id="all", name="All", cron="* * * * *", idempotent=True,
+                       catchup={"policy": "all", "window_ms": 30 * MINUTE})])
     effects = tmp_path / "effects.log"
     before = spawn_node(database, "before", effects, 0, {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}, {})
     try:

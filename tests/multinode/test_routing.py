@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core import TaskDefinition
 from tests.conftest import TestDatabase
 from tests.helpers.node_cluster import (
     cron_at,
     effects_of,
     journal,
     next_boundary,
+    register_tasks,
     spawn_node,
     stop_nodes,
     wait_ready,
@@ -32,17 +33,11 @@ PLAIN, BILLING = 12, 6
 
 
 def _register(engine: Engine, boundary: int) -> None:
-    admin = Scheduler(engine, SchedulerConfig(node_id="admin"))
-    admin.init()
-    try:
-        for i in range(PLAIN):
-            admin.register(TaskDefinition(id=f"plain-{i:02d}", name=f"Plain {i}", cron=cron_at(boundary)))
-        for i in range(BILLING):
-            admin.register(TaskDefinition(id=f"bill-{i:02d}", name=f"Bill {i}", cron=cron_at(boundary),
-                                          node_group="billing"))
-        admin.register(TaskDefinition(id="invoice", name="Invoice", cron="0 0 1 1 *", node_group="billing"))
-    finally:
-        admin.close()
+    register_tasks(engine, [
+        *(TaskDefinition(id=f"plain-{i:02d}", name=f"Plain {i}", cron=cron_at(boundary)) for i in range(PLAIN)),
+        *(TaskDefinition(id=f"bill-{i:02d}", name=f"Bill {i}", cron=cron_at(boundary), node_group="billing")
+          for i in range(BILLING)),
+        TaskDefinition(id="invoice", name="Invoice", cron="0 0 1 1 *", node_group="billing")])
 
 
 def test_occurrences_run_only_on_nodes_able_to_run_them(database: TestDatabase, engine: Engine,

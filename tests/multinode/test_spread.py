@@ -17,9 +17,17 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import Engine
 
-from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core import TaskDefinition
 from tests.conftest import TestDatabase
-from tests.helpers.node_cluster import effects_of, journal, next_boundary, spawn_node, stop_nodes, wait_ready
+from tests.helpers.node_cluster import (
+    effects_of,
+    journal,
+    next_boundary,
+    register_tasks,
+    spawn_node,
+    stop_nodes,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.slow
 TASKS, NODES, MINUTES = 200, 3, 2
@@ -36,13 +44,7 @@ def test_three_nodes_share_each_minute_and_skip_nothing(database: TestDatabase, 
     # Due at the minutes under test only: not in the minute the nodes start in, whose work would
     # overlap the first one's.
     cron = ",".join(str(time.gmtime(m / 1000).tm_min) for m in minutes) + " * * * *"
-    admin = Scheduler(engine, SchedulerConfig(node_id="admin"))
-    admin.init()
-    try:
-        for i in range(TASKS):
-            admin.register(TaskDefinition(id=f"work-{i:03d}", name=f"Work {i}", cron=cron))
-    finally:
-        admin.close()
+    register_tasks(engine, (TaskDefinition(id=f"work-{i:03d}", name=f"Work {i}", cron=cron) for i in range(TASKS)))
     effects = tmp_path / "effects.log"
     options = {"sleep_s": {f"work-{i:03d}": _handler_seconds(i) for i in range(TASKS)}, "lease_ms": 30_000,
                "tick_interval_ms": 1000}
