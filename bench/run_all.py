@@ -45,6 +45,7 @@ def _steps() -> list[Step]:
     three = ("--backend", "sqlite", "--backend", "postgresql", "--backend", "mysql")
     return [
         Step("limits", "limits.py", ("--db", "sqlite", "--db", "postgresql", "--db", "mysql", "--seconds", "3")),
+        Step("start-floor", "start_floor.py", (*three, "--count", "1000")),
         Step("burst-postgresql", "burst.py", ("--tasks", "10000", "--nodes", "2", "--reset"), "postgresql"),
         Step("burst-mysql", "burst.py", ("--tasks", "10000", "--nodes", "2", "--reset"), "mysql"),
         Step("burst-sqlite", "burst.py", ("--tasks", "10000", "--nodes", "2")),

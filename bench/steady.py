@@ -11,7 +11,11 @@ per execution, and how much the journal and the logs grew per occurrence (bytes:
 
 First it measures this host's ceiling on the same database (bench/limits.py, ``--ceiling-s``
 seconds per operation; 0 skips it) and prints the run's executions per second as a percentage of
-the one-transaction ceiling, with the machine and the commit.
+the one-transaction ceiling, with the machine and the commit. Then it measures the start floor
+for the same task and node counts (bench/start_floor.py: the claim and begin writes alone, with
+the product's store, all due at once; ``--floor-rounds`` rounds, the best kept; 0 skips it) and
+prints the lateness p50 and p99 as multiples of the floor's: how close the nodes come to what
+this host's database allows, a figure that travels where the milliseconds do not.
 
 Honest timing: the test-only DB clock offset (``HAI_TEST_DB_CLOCK_OFFSET_MS``) is used once,
 to put the nodes ``--lead-s`` seconds before a minute boundary; after that the clock runs at
@@ -33,6 +37,7 @@ from collections import Counter
 from typing import Any
 
 import limits
+import start_floor
 from _common import (
     MINUTE_MS,
     Target,
@@ -65,6 +70,8 @@ from scheduler_core.model import TaskDefinition
 COLUMNS = [("backend", "database"), ("tasks", "tasks"), ("minutes", "minutes"), ("occurrences", "occurrences"),
            ("missing", "missing"), ("duplicates", "duplicates"), ("skipped", "skipped"),
            ("lateness_p50_ms", "lateness p50 ms"), ("lateness_p99_ms", "p99 ms"), ("lateness_max_ms", "max ms"),
+           ("floor_p50_ms", "start floor p50 ms"), ("floor_p99_ms", "floor p99 ms"),
+           ("p50_over_floor", "p50 / floor"), ("p99_over_floor", "p99 / floor"),
            ("executions_per_s", "executions / s"), ("ceiling_share", "% of ceiling"),
            ("statements_per_execution", "statements / execution"),
            ("transactions_per_execution", "transactions / execution"),
@@ -92,15 +99,30 @@ def _span(low: int, high: int) -> str:
 
 
 def measure(target: Target, count: int, minutes: int, node_count: int, lead_s: float,
-            concurrency: int, handler_ms: tuple[int, int] | None = None, ceiling_s: float = 0) -> dict[str, Any]:
+            concurrency: int, handler_ms: tuple[int, int] | None = None, ceiling_s: float = 0,
+            floor_rounds: int = 0) -> dict[str, Any]:
     ceiling = limits.measure(target.url, ceiling_s) if ceiling_s > 0 else None  # same host, same database
     if ceiling is not None:
         print(limits.ceiling_line({"backend": target.label, **ceiling}), file=sys.stderr, flush=True)
+    floor = start_floor.measure(target.url, count, node_count, repeat=floor_rounds) if floor_rounds else None
+    if floor is not None:
+        print(f"Start floor on {target.label}: {count:,} occurrences from {node_count} processes started "
+              f"p50 {floor['floor_p50_ms']} ms, p99 {floor['floor_p99_ms']} ms (bench/start_floor.py, "
+              f"best of {floor_rounds})", file=sys.stderr, flush=True)
     result = _measure(target, count, minutes, node_count, lead_s, concurrency, handler_ms)
     if ceiling is not None:
         result["ceiling"] = ceiling
         result["ceiling_share"] = limits.share(result["executions_per_s"], ceiling["one_tx_per_s"])
+    if floor is not None:
+        result.update(floor_p50_ms=floor["floor_p50_ms"], floor_p99_ms=floor["floor_p99_ms"],
+                      floor_rounds_p50_ms=floor["rounds_p50_ms"],
+                      p50_over_floor=_ratio(result["lateness_p50_ms"], floor["floor_p50_ms"]),
+                      p99_over_floor=_ratio(result["lateness_p99_ms"], floor["floor_p99_ms"]))
     return result
+
+
+def _ratio(value: float | None, floor: float | None) -> float | None:
+    return round(value / floor, 2) if value is not None and floor else None
 
 
 def _measure(target: Target, count: int, minutes: int, node_count: int, lead_s: float,
@@ -209,11 +231,14 @@ def main() -> None:
     parser.add_argument("--ceiling-s", type=float, default=2.0,
                         help="first measure this host's ceiling (bench/limits.py), this many seconds per operation; "
                              "0 skips it")
+    parser.add_argument("--floor-rounds", type=int, default=3, choices=range(0, 21), metavar="0..20",
+                        help="first measure the start floor for the same tasks and nodes (bench/start_floor.py), "
+                             "best of this many rounds; 0 skips it")
     args = parser.parse_args()
     facts = limits.machine()
     rows = run_on_targets(args, parser, "steady", lambda target: measure(
         target, args.tasks, args.minutes, args.nodes, args.lead_s, args.concurrency, args.handler_ms,
-        args.ceiling_s))
+        args.ceiling_s, args.floor_rounds))
     title = (f"Steady state: {args.tasks:,} tasks every minute for {args.minutes} minutes, "
              f"{args.nodes} nodes (lateness = first attempt start - scheduled minute, DB clock; "
              f"% of ceiling = executions / s over the run against bench/limits.py's one-transaction ceiling)")
