@@ -17,16 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.engine import Connection
 
 from scheduler_core.cron import cron_occurrence_id
-from scheduler_core.model import Execution, TaskDefinition
+from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.collector import BurstCollector
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.housekeeping import Housekeeping
 from scheduler_core.runtime.misses import MINUTE_MS, CapabilityWatch, plan_gap
 from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem, minute_of
-from scheduler_core.runtime.recovery import ExpiryRecovery, claimed_execution, queued_request
+from scheduler_core.runtime.queued import QueuedClaims
+from scheduler_core.runtime.recovery import ExpiryRecovery, claimed_execution
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.spread import Capability, Spread
-from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
 from scheduler_core.store.alerts import AlertRepository
 from scheduler_core.store.transactions import AutocommitLine, read
@@ -64,7 +64,6 @@ class Node:
         # under the same id, can produce it.
         self._token_namespace = uuid.uuid4()
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
-        self._queued_seen: int | None = None  # newest queued row when a scan found none this node runs
         self._planned_minute = 0  # the last minute this node advanced the cluster's watermark to
         self._watch = CapabilityWatch(grace_s=ctx.config.tick_interval_ms / 1000)
         self._run_seconds = 0.0  # moving average of how long a run holds a pool thread (0: none yet)
@@ -72,6 +71,7 @@ class Node:
         beat = ctx.config.heartbeat_interval_ms
         self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000)  # which due occurrences it claims first
         self._recovery = ExpiryRecovery(ctx, self.planner, self._free_capacity, self._submit)
+        self._queued = QueuedClaims(ctx, self.planner, self._free_capacity, self._submit)
         self._housekeeping = Housekeeping(ctx)
         self._collector = BurstCollector(self.planner, ctx.clock, ctx.config.tick_interval_ms)
         self._waiting_runs = 0  # submitted to the pool, not yet on a thread (under _pooled_lock)
@@ -188,8 +188,7 @@ class Node:
             self.planner.replan()
         # Queued rows after this minute's claims: a catch-up run waits for its task's slot, so
         # the minute that is due now is never skipped because a catch-up run took the slot first.
-        if snapshot.latest_queued is not None and snapshot.latest_queued != self._queued_seen:
-            self._claim_queued(snapshot)
+        self._queued.scan(snapshot.latest_queued, snapshot.now_ms)  # runtime/queued.py
         if due:
             self._spread.refresh_if_stale()
         if self._watch:
@@ -338,34 +337,6 @@ class Node:
         missed = self._watch.settle(self.ctx.executions.journaled, self.planner.task, capable)
         if missed:
             self.ctx.handoff.journal_missed(missed)
-
-    # --- queued occurrences: journaled by a node that cannot run them ---------------------
-
-    def _claim_queued(self, snapshot: TickSnapshot) -> None:
-        """Own the queued rows this node can run (up to its free capacity); end those nobody can
-        run. Until a newer row is queued, a scan that found none of ours is not repeated."""
-        rows = self.ctx.handoff.queued(CLAIM_BATCH)
-        mine = [e for e in rows if self._runnable(e.task_id)]
-        requests = [queued_request(e, str(uuid.uuid4())) for e in mine[:self._free_capacity()]]
-        results = self.ctx.handoff.claim_queued(requests) if requests else []
-        claimed = {r.occurrence_id for r in results if r.outcome == "claimed"}
-        for r in requests:
-            if r.occurrence_id in claimed:
-                self._submit(Runner(self.ctx, Ownership(claimed_execution(r, self.ctx.node_id), r.token, None, [],
-                                                        reread=True)))
-        self._end_unrunnable([e for e in rows if not self._runnable(e.task_id)], snapshot.now_ms)
-        self._queued_seen = snapshot.latest_queued if not mine else None
-
-    def _end_unrunnable(self, rows: list[Execution], now_ms: int) -> None:
-        """Queued rows that wait longer than a tick: of a task gone, ``interrupted``; of one no
-        live node can run, ``missed`` (``no_capable_node``)."""
-        waited = [e for e in rows if e.created_at <= now_ms - self.ctx.config.tick_interval_ms]
-        for execution in waited:
-            task = self.planner.task(execution.task_id)
-            if task is None:
-                self.ctx.handoff.settle_queued(execution.occurrence_id, ExecutionStatus.INTERRUPTED, "deleted")
-            elif not self.ctx.capable_node_alive(task):
-                self.ctx.handoff.settle_queued(execution.occurrence_id, ExecutionStatus.MISSED, "no_capable_node")
 
     def _submit(self, runner: Runner) -> None:
         self.ctx.register_runner(runner)

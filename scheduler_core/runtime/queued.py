@@ -1,0 +1,62 @@
+"""Queued rows: catch-up runs and manual triggers journaled ``queued`` for a node able to run
+them (docs/semantics.md). A node's tick claims those it can run, up to its free capacity, after
+the occurrences due in the same tick, and ends those nobody can run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from scheduler_core.model import Execution
+from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.planner import Planner
+from scheduler_core.runtime.recovery import claimed_execution, queued_request
+from scheduler_core.runtime.runner import Ownership, Runner
+from scheduler_core.statuses import ExecutionStatus
+
+QUEUED_BATCH = 200  # queued rows read per scan
+
+
+class QueuedClaims:
+    """``free_capacity()``: how many more executions the node takes; ``submit(runner)``: hand a
+    claimed row to the node's pool."""
+
+    def __init__(self, ctx: RuntimeContext, planner: Planner, free_capacity: Callable[[], int],
+                 submit: Callable[[Runner], None]) -> None:
+        self.ctx = ctx
+        self.planner = planner
+        self.free_capacity = free_capacity
+        self.submit = submit
+        self._seen: int | None = None  # newest queued row when a scan found none this node runs
+
+    def scan(self, latest_queued: int | None, now_ms: int) -> None:
+        """Own the queued rows this node can run (up to its free capacity); end those nobody can
+        run. Until a newer row is queued, a scan that found none of ours is not repeated."""
+        if latest_queued is None or latest_queued == self._seen:
+            return
+        rows = self.ctx.handoff.queued(QUEUED_BATCH)
+        mine = [e for e in rows if self._runnable(e.task_id)]
+        requests = [queued_request(e, str(uuid.uuid4())) for e in mine[:self.free_capacity()]]
+        results = self.ctx.handoff.claim_queued(requests) if requests else []
+        claimed = {r.occurrence_id for r in results if r.outcome == "claimed"}
+        for r in requests:
+            if r.occurrence_id in claimed:
+                self.submit(Runner(self.ctx, Ownership(claimed_execution(r, self.ctx.node_id), r.token, None, [],
+                                                       reread=True)))
+        self._end_unrunnable([e for e in rows if not self._runnable(e.task_id)], now_ms)
+        self._seen = latest_queued if not mine else None
+
+    def _runnable(self, task_id: str) -> bool:
+        task = self.planner.task(task_id)
+        return task is not None and self.ctx.can_run(task)
+
+    def _end_unrunnable(self, rows: list[Execution], now_ms: int) -> None:
+        """Queued rows that wait longer than a tick: of a task gone, ``interrupted``; of one no
+        live node can run, ``missed`` (``no_capable_node``)."""
+        waited = [e for e in rows if e.created_at <= now_ms - self.ctx.config.tick_interval_ms]
+        for execution in waited:
+            task = self.planner.task(execution.task_id)
+            if task is None:
+                self.ctx.handoff.settle_queued(execution.occurrence_id, ExecutionStatus.INTERRUPTED, "deleted")
+            elif not self.ctx.capable_node_alive(task):
+                self.ctx.handoff.settle_queued(execution.occurrence_id, ExecutionStatus.MISSED, "no_capable_node")
