@@ -1,4 +1,4 @@
-"""A TCP proxy on 127.0.0.1 that delays every byte by a fixed one-way latency in each direction:
+"""A TCP proxy (on 127.0.0.1, or ``listen_host``) that delays every byte by a fixed one-way latency in each direction:
 a database "far away" for bench/far_db.py.
 
 Each direction of each connection has a reader, which stamps every chunk it receives with the
@@ -26,9 +26,9 @@ _CHUNK = 65536
 
 
 class DelayProxy:
-    def __init__(self, target: tuple[str, int], one_way_ms: float) -> None:
-        self.target, self.delay_s = target, one_way_ms / 1000
-        self._listener = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, target: tuple[str, int], one_way_ms: float, listen_host: str = "127.0.0.1") -> None:
+        self.target, self.delay_s, self.host = target, one_way_ms / 1000, listen_host
+        self._listener = socket.create_server((listen_host, 0))
         self.port = int(self._listener.getsockname()[1])
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
@@ -37,7 +37,7 @@ class DelayProxy:
 
     def url(self, database_url: str) -> str:
         """``database_url`` with its host and port replaced by the proxy's."""
-        return make_url(database_url).set(host="127.0.0.1", port=self.port).render_as_string(hide_password=False)
+        return make_url(database_url).set(host=self.host, port=self.port).render_as_string(hide_password=False)
 
     def _accept(self) -> None:
         while not self._closed.is_set():

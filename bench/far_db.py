@@ -10,11 +10,18 @@ notifications.py) run as child processes with ``--url`` pointing at the proxy; t
 (0 ms added) goes straight to the database, and every other row is also shown as a share of it,
 measured in the same invocation.
 
+With ``--netns`` (root, ``ip`` from iproute2) the benchmarks and their node processes run in
+their own network namespace (``hai-far-nodes``), joined to this one by a veth pair: they reach
+the database only across it, through the proxy listening on the host side of the pair
+(10.231.0.1). The 0 ms row then goes through the proxy too, with nothing added: the database
+listens on the loopback, which the namespace does not share.
+
 Lease safety is read from the same runs: ``duplicates`` counts occurrences journaled twice,
 handlers called twice and executions taken over (sequence > 1); with the default lease settings
 it must stay 0 at every delay.
 
     .venv/bin/python bench/far_db.py --rtt-ms 0,1,10,50 --svg bench/far_db.svg
+    .venv/bin/python bench/far_db.py --netns --rtt-ms 0,1,10,50 --svg bench/far_db.svg   # as root
     .venv/bin/python bench/far_db.py --rtt-ms 0,10 --burst-tasks 500 --steady-tasks 100 --steady-minutes 1 \\
         --messages 200          # quick
 
@@ -25,10 +32,12 @@ of the database it is given (default ``hai_bench_far``, created when missing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +47,34 @@ from sqlalchemy.engine import make_url
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/hai_bench_far"
+NETNS = "hai-far-nodes"
+HOST_SIDE, NODE_SIDE = ("hai-far-h", "10.231.0.1"), ("hai-far-n", "10.231.0.2")
+
+
+def _ip(*args: str, check: bool = True) -> None:
+    subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def node_namespace() -> Iterator[list[str]]:
+    """A network namespace for the nodes, joined to this one by a veth pair; yields the command
+    prefix that runs a process inside it. Removed afterwards (and a leftover one first)."""
+    (host_dev, host_ip), (node_dev, node_ip) = HOST_SIDE, NODE_SIDE
+    _ip("link", "del", host_dev, check=False)
+    _ip("netns", "del", NETNS, check=False)
+    try:
+        _ip("netns", "add", NETNS)
+        _ip("link", "add", host_dev, "type", "veth", "peer", "name", node_dev)
+        _ip("link", "set", node_dev, "netns", NETNS)
+        _ip("addr", "add", f"{host_ip}/30", "dev", host_dev)
+        _ip("link", "set", host_dev, "up")
+        _ip("-n", NETNS, "addr", "add", f"{node_ip}/30", "dev", node_dev)
+        _ip("-n", NETNS, "link", "set", node_dev, "up")
+        _ip("-n", NETNS, "link", "set", "lo", "up")
+        yield ["ip", "netns", "exec", NETNS]
+    finally:
+        _ip("link", "del", host_dev, check=False)
+        _ip("netns", "del", NETNS, check=False)
 
 
 def _ensure_database(url: str) -> None:
@@ -61,8 +98,8 @@ def _json_rows(output: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _run(script: str, args: list[str], timeout_s: float) -> dict[str, Any]:
-    command = [sys.executable, str(HERE / script), *args, "--reset", "--json"]
+def _run(script: str, args: list[str], timeout_s: float, prefix: list[str]) -> dict[str, Any]:
+    command = [*prefix, sys.executable, str(HERE / script), *args, "--reset", "--json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=HERE.parent)
     rows = _json_rows(done.stdout)
     if done.returncode != 0 or not rows:
@@ -71,17 +108,24 @@ def _run(script: str, args: list[str], timeout_s: float) -> dict[str, Any]:
     return rows[-1]
 
 
-def measure(url: str, rtt_ms: float, args: argparse.Namespace) -> dict[str, Any]:
-    """One row: the three benchmarks with ``rtt_ms`` added to every round trip."""
+def measure(url: str, rtt_ms: float, args: argparse.Namespace, prefix: list[str]) -> dict[str, Any]:
+    """One row: the three benchmarks with ``rtt_ms`` added to every round trip (run after
+    ``prefix``: inside the nodes' namespace, where the proxy is the only way to the database)."""
     parsed = make_url(url)
-    proxy = DelayProxy((parsed.host or "127.0.0.1", parsed.port or 5432), rtt_ms / 2) if rtt_ms else None
+    upstream = (parsed.host or "127.0.0.1", parsed.port or 5432)
+    proxy: DelayProxy | None = None
+    if prefix:  # the namespace reaches the database only through the proxy, 0 ms too
+        proxy = DelayProxy(upstream, rtt_ms / 2, HOST_SIDE[1])
+    elif rtt_ms:
+        proxy = DelayProxy(upstream, rtt_ms / 2)
     target = proxy.url(url) if proxy else url
     try:
-        burst = _run("burst.py", ["--url", target, "--tasks", str(args.burst_tasks), "--nodes", "2"], 1800)
+        burst = _run("burst.py", ["--url", target, "--tasks", str(args.burst_tasks), "--nodes", "2"], 1800, prefix)
         steady = _run("steady.py", ["--url", target, "--tasks", str(args.steady_tasks), "--minutes",
-                                    str(args.steady_minutes), "--nodes", "2"], 600 + 120 * args.steady_minutes)
+                                    str(args.steady_minutes), "--nodes", "2"], 600 + 120 * args.steady_minutes,
+                      prefix)
         notes = _run("notifications.py", ["--url", target, "--messages", str(args.messages), "--nodes", "2",
-                                          "--mode", "loop"], 1800)
+                                          "--mode", "loop"], 1800, prefix)
     finally:
         if proxy:
             proxy.close()
@@ -178,6 +222,8 @@ def main() -> None:
     parser.add_argument("--steady-tasks", type=int, default=200)
     parser.add_argument("--steady-minutes", type=int, default=2)
     parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--netns", action="store_true",
+                        help="run the benchmarks and their nodes in their own network namespace (root, iproute2)")
     parser.add_argument("--svg", help="write the curves to this SVG file")
     parser.add_argument("--json", action="store_true", help="also print every row as JSON")
     args = parser.parse_args()
@@ -192,11 +238,14 @@ def main() -> None:
     _ensure_database(args.url)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = []
-    for rtt in rtts:
-        print(f"measuring with {rtt:g} ms added per round trip ...", flush=True)
-        rows.append(measure(args.url, rtt, args))
+    with node_namespace() if args.netns else contextlib.nullcontext([]) as prefix:
+        for rtt in rtts:
+            inside = f" (nodes in namespace {NETNS})" if prefix else ""
+            print(f"measuring with {rtt:g} ms added per round trip{inside} ...", flush=True)
+            rows.append(measure(args.url, rtt, args, prefix))
     _shares(rows)
-    print(f"\nDatabase far away ({started}; burst {args.burst_tasks} tasks, steady {args.steady_tasks} tasks x "
+    where = f"nodes in network namespace {NETNS}, " if args.netns else ""
+    print(f"\nDatabase far away ({started}; {where}burst {args.burst_tasks} tasks, steady {args.steady_tasks} tasks x "
           f"{args.steady_minutes} min, {args.messages} notifications; 2 nodes each)\n")
     print(_table(rows))
     if args.json:
