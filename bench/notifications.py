@@ -27,8 +27,14 @@ rollbacks) and round trips (every SQL command sent: statements, commits, rollbac
 server the driver's BEGIN and the pool's pre-ping at each check-out). A round claims, marks and
 settles ``--concurrency`` rows at a time (a wave), so the SQL per delivery falls as it grows.
 
+With ``--ceiling-s S`` it first measures this host's ceiling on the same database (bench/limits.py,
+S seconds per operation) and prints deliveries per second as a share of its one-transaction rate
+(claim + finish + log of one execution in one transaction): a delivery's own writes (claim, mark,
+settle) are of that size, and the share travels between machines where deliveries per second do not.
+
     .venv/bin/python bench/notifications.py --messages 10000 --backend postgresql
     .venv/bin/python bench/notifications.py --messages 10000 --backend postgresql --mode loop
+    .venv/bin/python bench/notifications.py --messages 2000 --backend postgresql --ceiling-s 2
     .venv/bin/python bench/notifications.py --messages 400 --no-idempotent                  # SQLite
 """
 
@@ -36,9 +42,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from typing import Any
 
+import limits
 from _common import (
     MINUTE_MS,
     Target,
@@ -67,6 +75,7 @@ from scheduler_core.testing import set_clock_offset
 
 COLUMNS = [("backend", "database"), ("mode", "rounds"), ("messages", "messages"), ("nodes", "nodes"),
            ("enqueue_per_s", "enqueued / s"), ("deliveries_per_s", "deliveries / s"),
+           ("ceiling_share", "% of one-tx ceiling"),
            ("round_rate", "deliveries / s in a round (per node)"), ("first_after_s", "first after end s"),
            ("drained_after_s", "last after end s"), ("sent", "sent"), ("raw_duplicates", "raw duplicates"),
            ("effect_duplicates", "duplicate effects"), ("lost", "lost"), ("dead_unknown", "dead / unknown"),
@@ -109,7 +118,19 @@ def enqueue(engine: Any, config: dict[str, Any], count: int, offset: int) -> flo
 
 
 def measure(target: Target, count: int, node_count: int, mode: str, idempotent: bool, lead_s: float,
-            senders: int, receiver_ms: int) -> dict[str, Any]:
+            senders: int, receiver_ms: int, ceiling_s: float = 0) -> dict[str, Any]:
+    ceiling = limits.measure(target.url, ceiling_s) if ceiling_s > 0 else None  # same host, same database
+    if ceiling is not None:
+        print(limits.ceiling_line({"backend": target.label, **ceiling}), file=sys.stderr, flush=True)
+    result = _measure(target, count, node_count, mode, idempotent, lead_s, senders, receiver_ms)
+    if ceiling is not None:
+        result["ceiling"] = ceiling
+        result["ceiling_share"] = limits.share(result["deliveries_per_s"], ceiling["one_tx_per_s"])
+    return result
+
+
+def _measure(target: Target, count: int, node_count: int, mode: str, idempotent: bool, lead_s: float,
+             senders: int, receiver_ms: int) -> dict[str, Any]:
     engine = prepare(target.url)
     receiver = Receiver(answer_after_ms=receiver_ms)
     try:
@@ -179,12 +200,15 @@ def main() -> None:
     parser.add_argument("--lead-s", type=float, default=10.0, help="seconds between node start and the window's end")
     parser.add_argument("--concurrency", type=int, default=4,
                         help="queue.concurrency: deliveries a node's round runs at once (1-32; product default 4)")
+    parser.add_argument("--ceiling-s", type=float, default=0,
+                        help="first measure this host's ceiling (bench/limits.py), this many seconds per operation, "
+                             "and print deliveries / s as a share of its one-transaction rate; 0 (default) skips it")
     parser.add_argument("--receiver-ms", type=int, default=0,
                         help="the receiver answers each request after this many ms (a real provider's latency)")
     args = parser.parse_args()
     rows = run_on_targets(args, parser, "notify", lambda target: measure(
         target, args.messages, args.nodes, args.mode, args.idempotent, args.lead_s, args.concurrency,
-        args.receiver_ms))
+        args.receiver_ms, args.ceiling_s))
     kind = "idempotent" if args.idempotent else "non-idempotent"
     title = (f"Notification queue: {args.messages:,} messages released at the end of a "
              f"do-not-disturb window, {args.nodes} nodes, {kind} webhook, rounds: {args.mode}, "

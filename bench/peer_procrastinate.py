@@ -19,6 +19,10 @@ procrastinate's periodic deferrer defers each task from every worker (the unique
 one) and then workers fetch jobs from the queue; hai-scheduler claims occurrences in batches.
 The figures are this host's, taken minutes apart: on a shared machine they move with its load.
 
+Both systems' starts per second are also shown as a share of this host's one-transaction ceiling
+(bench/limits.py on a fresh PostgreSQL database of the same server, measured first, ``--ceiling-s``
+seconds per operation; 0 skips it).
+
 Needs the bench extra: ``.venv/bin/pip install -e '.[bench]'`` (procrastinate).
 
     .venv/bin/python bench/peer_procrastinate.py --tasks 10000
@@ -42,6 +46,7 @@ from _common import BENCH_DIR, PYTHON, base_parser, create_database, percentile,
 
 COLUMNS = [("system", "system"), ("tasks", "tasks"), ("workers", "workers / nodes"), ("duplicates", "duplicates"),
            ("missed", "missed"), ("seconds_to_all_started", "all started after s"), ("starts_per_s", "starts / s"),
+           ("ceiling_share", "% of one-tx ceiling"),
            ("lateness_p50_ms", "lateness p50 ms"), ("lateness_p99_ms", "p99 ms"),
            ("statements_per_run", "statements / run"), ("cpu_ms_per_run", "CPU ms / run")]
 
@@ -113,6 +118,16 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value)
 
 
+def _ceiling(seconds: float) -> dict[str, Any]:
+    """bench/limits.py's ceiling on a fresh PostgreSQL database of this server (dropped after)."""
+    target = create_database("postgresql", f"hai_bench_peer2_ceiling_{int(time.time())}")
+    try:
+        return limits.measure(target.url, seconds)
+    finally:
+        if target.cleanup is not None:
+            target.cleanup()
+
+
 def run_ours(count: int, nodes: int, concurrency: int, timeout_s: float) -> dict[str, Any]:
     target = create_database("postgresql", f"hai_bench_peer2_{int(time.time())}")
     try:
@@ -137,6 +152,9 @@ def main() -> None:
                              "per 1,000 tasks: the workers register every periodic task first)")
     parser.add_argument("--timeout-s", type=float, default=600, help="give up this long after the minute")
     parser.add_argument("--skip-ours", action="store_true", help="run procrastinate only")
+    parser.add_argument("--ceiling-s", type=float, default=2.0,
+                        help="first measure this host's ceiling on a fresh PostgreSQL database (bench/limits.py), "
+                             "this many seconds per operation; 0 skips it")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     try:
@@ -144,12 +162,17 @@ def main() -> None:
     except ImportError:
         parser.error("procrastinate is not installed: .venv/bin/pip install -e '.[bench]'")
     facts = limits.machine()
+    ceiling = _ceiling(args.ceiling_s) if args.ceiling_s > 0 else None
     lead_s = args.lead_s if args.lead_s is not None else 15 + 2 * args.tasks / 1000
     rows = [] if args.skip_ours else [run_ours(args.tasks, args.workers, args.concurrency, args.timeout_s)]
     rows.append(run_procrastinate(args.tasks, args.workers, args.concurrency, lead_s, args.timeout_s))
+    for row in rows:
+        row["ceiling_share"] = limits.share(row.get("starts_per_s"), ceiling["one_tx_per_s"]) if ceiling else None
     print_table(COLUMNS, rows, f"{args.tasks:,} periodic tasks due in one minute, {args.workers} workers / nodes, "
                                f"concurrency {args.concurrency}, PostgreSQL")
     print(f"\n{limits.machine_line(facts)}")
+    if ceiling:
+        print(limits.ceiling_line({"backend": "postgresql", **ceiling}))
     if args.json:
         for row in rows:
             print(json.dumps({**row, "machine": facts}))
