@@ -4,7 +4,8 @@ jobs, K processes and database, one after the other, in one table per database.
 burst.py runs hai-scheduler's nodes (a hook task per job, journal, leases); peer.py runs
 APScheduler 3 BackgroundSchedulers sharing one SQLAlchemyJobStore. See each script's --help
 for how it reaches its minute boundary (ours: the test DB clock offset; the peer: the next
-real minute boundary, waited for).
+real minute boundary, waited for). Both systems' starts per second are also shown as a share of
+the one-transaction ceiling that burst.py measures on the same database first (bench/limits.py).
 
     .venv/bin/python bench/compare.py --tasks 10000 --nodes 2 --backend postgresql
     .venv/bin/python bench/compare.py --tasks 1000 --backend sqlite --backend postgresql --backend mysql
@@ -17,6 +18,7 @@ import subprocess
 import sys
 from typing import Any
 
+import limits
 from _common import (
     BENCH_DIR,
     PYTHON,
@@ -33,6 +35,7 @@ METRICS = [
     ("tasks", "jobs due in the minute"), ("nodes", "processes"),
     ("seconds_to_all_started", "last start after the boundary (s)"),
     ("seconds_to_terminal", "all terminal after the boundary (s)"), ("starts_per_s", "starts per second"),
+    ("starts_share", "starts per second, % of the one-tx ceiling"),
     ("lateness_p50_ms", "fire lateness p50 (ms)"), ("lateness_p99_ms", "fire lateness p99 (ms)"),
     ("lateness_max_ms", "fire lateness max (ms)"), ("statements_per_execution", "SQL statements per execution"),
     ("transactions_per_execution", "transactions per execution"),
@@ -65,6 +68,8 @@ def compare(target: Target, tasks: int, nodes: int, grace_s: int) -> dict[str, A
         common.append("--reset")
     ours = run_script("burst.py", ["--json", *common])
     peer = run_script("peer.py", ["--json", "--misfire-grace-s", str(grace_s), *common])
+    # burst.py measured the host's ceiling on this database first: the peer is read against it too
+    peer["starts_share"] = limits.share(peer.get("starts_per_s"), (ours.get("ceiling") or {}).get("one_tx_per_s"))
     return {"ours": ours, "peer": peer}
 
 
