@@ -354,19 +354,21 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, procs
 COUNTED = ("statements", "commits", "rollbacks", "begins", "checkouts")  # what _node.py counts
 
 
-def sql_per(stats: Sequence[dict[str, Any]], divisor: float, kind: str) -> dict[str, float]:
+def sql_per(stats: Sequence[dict[str, Any]], divisor: float, kind: str) -> dict[str, float | None]:
     """The nodes' SQL per ``divisor`` (a tick, an execution, a delivery), as burst.py defines it:
     statements (every cursor statement), transactions (commits + rollbacks) and every SQL
     command sent (statements + commits + rollbacks; on a server also the driver's BEGIN and the
-    pool's pre-ping at each check-out, which SQLite does in-process)."""
+    pool's pre-ping at each check-out, which SQLite does in-process). None when there was
+    nothing to divide by (a peer that ran no job)."""
     total = {name: sum(int(s.get(name, 0)) for s in stats) for name in COUNTED}
     transactions = total["commits"] + total["rollbacks"]
     commands = total["statements"] + transactions
     if kind != "sqlite":
         commands += total["begins"] + total["checkouts"]
-    per = max(divisor, 1e-9)
-    return {"statements": round(total["statements"] / per, 2), "transactions": round(transactions / per, 2),
-            "sql_commands": round(commands / per, 2)}
+    if divisor <= 0:
+        return {"statements": None, "transactions": None, "sql_commands": None}
+    return {"statements": round(total["statements"] / divisor, 2), "transactions": round(transactions / divisor, 2),
+            "sql_commands": round(commands / divisor, 2)}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
