@@ -34,6 +34,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -233,6 +235,8 @@ def main() -> None:
         parser.error(f"--rtt-ms: {args.rtt_ms!r} is not a comma-separated list of numbers")
     if any(not 0 <= rtt <= 1000 for rtt in rtts):
         parser.error("--rtt-ms: each value must be between 0 and 1000")
+    if args.netns and (os.geteuid() != 0 or shutil.which("ip") is None):
+        parser.error("--netns: needs root and the ip command (iproute2) to make the nodes' network namespace")
     if make_url(args.url).get_backend_name() != "postgresql":
         parser.error("--url: a PostgreSQL URL (the far-away database is a server)")
     _ensure_database(args.url)

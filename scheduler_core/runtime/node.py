@@ -71,7 +71,7 @@ class Node:
         beat = ctx.config.heartbeat_interval_ms
         self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000)  # which due occurrences it claims first
         self._recovery = ExpiryRecovery(ctx, self.planner, self._free_capacity, self._submit)
-        self._queued = QueuedClaims(ctx, self.planner, self._free_capacity, self._submit)
+        self._queued = QueuedClaims(ctx, self.planner, self._runnable, self._free_capacity, self._submit)
         self._housekeeping = Housekeeping(ctx)
         self._collector = BurstCollector(self.planner, ctx.clock, ctx.config.tick_interval_ms)
         self._waiting_runs = 0  # submitted to the pool, not yet on a thread (under _pooled_lock)

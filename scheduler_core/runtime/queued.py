@@ -18,13 +18,14 @@ QUEUED_BATCH = 200  # queued rows read per scan
 
 
 class QueuedClaims:
-    """``free_capacity()``: how many more executions the node takes; ``submit(runner)``: hand a
-    claimed row to the node's pool."""
+    """``runnable(task_id)``: whether the node can run a task (kind and group); ``free_capacity()``:
+    how many more executions it takes; ``submit(runner)``: hand a claimed row to its pool."""
 
-    def __init__(self, ctx: RuntimeContext, planner: Planner, free_capacity: Callable[[], int],
-                 submit: Callable[[Runner], None]) -> None:
+    def __init__(self, ctx: RuntimeContext, planner: Planner, runnable: Callable[[str], bool],
+                 free_capacity: Callable[[], int], submit: Callable[[Runner], None]) -> None:
         self.ctx = ctx
         self.planner = planner
+        self.runnable = runnable
         self.free_capacity = free_capacity
         self.submit = submit
         self._seen: int | None = None  # newest queued row when a scan found none this node runs
@@ -35,7 +36,7 @@ class QueuedClaims:
         if latest_queued is None or latest_queued == self._seen:
             return
         rows = self.ctx.handoff.queued(QUEUED_BATCH)
-        mine = [e for e in rows if self._runnable(e.task_id)]
+        mine = [e for e in rows if self.runnable(e.task_id)]
         requests = [queued_request(e, str(uuid.uuid4())) for e in mine[:self.free_capacity()]]
         results = self.ctx.handoff.claim_queued(requests) if requests else []
         claimed = {r.occurrence_id for r in results if r.outcome == "claimed"}
@@ -43,12 +44,8 @@ class QueuedClaims:
             if r.occurrence_id in claimed:
                 self.submit(Runner(self.ctx, Ownership(claimed_execution(r, self.ctx.node_id), r.token, None, [],
                                                        reread=True)))
-        self._end_unrunnable([e for e in rows if not self._runnable(e.task_id)], now_ms)
+        self._end_unrunnable([e for e in rows if not self.runnable(e.task_id)], now_ms)
         self._seen = latest_queued if not mine else None
-
-    def _runnable(self, task_id: str) -> bool:
-        task = self.planner.task(task_id)
-        return task is not None and self.ctx.can_run(task)
 
     def _end_unrunnable(self, rows: list[Execution], now_ms: int) -> None:
         """Queued rows that wait longer than a tick: of a task gone, ``interrupted``; of one no
