@@ -19,7 +19,10 @@ At each size, with ``--tasks`` registered tasks none of which is due:
   commit with the log projection (``finish_many``): statements and milliseconds p50 / p95 each;
 - **retention** (with ``--retention``, after the measurements at the larger size): log retention
   (``LogRepository.prune``, ``retention_days``) and journal retention (``JournalRetention.prune``,
-  500-row batches) over rows made 40 days old: rows deleted per second.
+  500-row batches) over rows made 40 days old: rows deleted per second, each beside its ceiling
+  on the same table in the same run -- the same statement deleting up to 200,000 log rows or
+  20,000 journal rows (at most a tenth of the table) in one transaction, which is what the
+  database allows when nothing limits how long a lock is held -- and as a percentage of it.
 
     .venv/bin/python bench/big_tables.py --backend postgresql --rows 100000
     .venv/bin/python bench/big_tables.py --backend sqlite --backend mysql --rows 200000 --retention
@@ -45,11 +48,12 @@ from _common import (
     run_on_targets,
     scalar,
 )
-from sqlalchemy import event, func, select, text, update
-from sqlalchemy.engine import Engine
+from limits import share
+from sqlalchemy import delete, event, func, select, text, update
+from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
-from scheduler_core.db import close_engine, create_engine, dialect_kind
+from scheduler_core.db import close_engine, create_engine, db_now_ms, dialect_kind
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.model import Attempt, TaskDefinition
 from scheduler_core.runtime.recovery import claimed_execution
@@ -67,7 +71,12 @@ COLUMNS = [("backend", "database"), ("rows", "journal rows = log rows"), ("grow_
            ("finish_p50_ms", "finish x100 p50 ms"), ("finish_p95_ms", "p95 ms"),
            ("journal_page_p95_ms", "journal page p95 ms"), ("failed_page_p95_ms", "failed page p95 ms"),
            ("log_page_p95_ms", "log page p95 ms"), ("log_prune_rows_per_s", "log retention rows / s"),
-           ("journal_prune_rows_per_s", "journal retention rows / s")]
+           ("log_ceiling_rows_per_s", "one-transaction delete rows / s"), ("log_prune_share", "% of it"),
+           ("journal_prune_rows_per_s", "journal retention rows / s"),
+           ("journal_ceiling_rows_per_s", "one-transaction delete rows / s"), ("journal_prune_share", "% of it")]
+# rows the ceiling deletes in one transaction (at most a tenth of the table); the journal's batch is
+# bound as a list of ids, which SQLite caps at 32,766 parameters
+CEILING_ROWS = {"logs": 200_000, "journal": 20_000}
 
 
 def _series(kind: str, first: int, last: int) -> str:
@@ -231,20 +240,53 @@ def claims(engine: Engine, samples: int, batch: int = 100) -> dict[str, Any]:
             "finish_p50_ms": round(statistics.median(finish_ms), 2), "finish_p95_ms": percentile(finish_ms, 0.95)}
 
 
+def _log_delete_once(engine: Engine, cutoff_days: int, count: int) -> int:
+    """The log retention's statement with one batch of ``count`` rows instead of PRUNE_BATCH:
+    what the database allows when one transaction may hold them all (the ceiling retention is
+    read against)."""
+    def work(conn: Connection) -> int:
+        condition = logs.c.started_at < db_now_ms() - cutoff_days * DAY_MS
+        if dialect_kind(conn) == "mysql":
+            statement = delete(logs).where(condition).with_dialect_options(mysql_limit=count)
+        else:
+            statement = delete(logs).where(logs.c.id.in_(select(logs.c.id).where(condition).limit(count)
+                                                         .scalar_subquery()))
+        return int(conn.execute(statement).rowcount)
+
+    return write(engine, work)
+
+
+def _rate(count: int, began: float) -> float:
+    return count / max(1e-9, time.perf_counter() - began)
+
+
 def retention(engine: Engine, rows: int) -> dict[str, Any]:
-    """Age every row 40 days, then time log retention (30 days) and journal retention (30 days)."""
+    """Age every row 40 days, then time log retention (30 days) and journal retention (30 days),
+    each beside its ceiling on the same table: the same statement deleting ``CEILING_ROWS`` of the
+    due rows in one transaction (no short locks), timed first."""
     write(engine, lambda conn: (
         conn.execute(update(executions).values(updated_at=executions.c.updated_at - 40 * DAY_MS)),
         conn.execute(update(logs).values(started_at=logs.c.started_at - 40 * DAY_MS))))
+    sample = {"logs": min(CEILING_ROWS["logs"], rows // 10), "journal": min(CEILING_ROWS["journal"], rows // 10)}
+    began = time.perf_counter()
+    once = _log_delete_once(engine, 30, sample["logs"])
+    log_ceiling = _rate(once, began)
     began = time.perf_counter()
     pruned_logs = LogRepository(engine).prune(None, 30)
-    log_rate = pruned_logs / max(1e-9, time.perf_counter() - began)
+    log_rate = _rate(pruned_logs, began)
+    began = time.perf_counter()
+    once_journal = JournalRetention(engine).prune(30, max_batches=1, batch_rows=sample["journal"]).journal
+    journal_ceiling = _rate(once_journal, began)
     began = time.perf_counter()
     pruned = JournalRetention(engine).prune(30, max_batches=10**9)
-    journal_rate = pruned.journal / max(1e-9, time.perf_counter() - began)
+    journal_rate = _rate(pruned.journal, began)
     left = scalar(engine, select(func.count()).select_from(executions))
-    return {"log_prune_rows_per_s": round(log_rate), "journal_prune_rows_per_s": round(journal_rate),
-            "journal_left": left, "log_rows_pruned": pruned_logs, "journal_rows_pruned": pruned.journal}
+    return {"log_prune_rows_per_s": round(log_rate), "log_ceiling_rows_per_s": round(log_ceiling),
+            "log_prune_share": share(log_rate, log_ceiling),
+            "journal_prune_rows_per_s": round(journal_rate), "journal_ceiling_rows_per_s": round(journal_ceiling),
+            "journal_prune_share": share(journal_rate, journal_ceiling),
+            "journal_left": left, "log_rows_pruned": pruned_logs, "journal_rows_pruned": pruned.journal,
+            "ceiling_rows": {"logs": once, "journal": once_journal}}
 
 
 def measure(target: Target, base: int, rows: int, tasks: int, ticks: int, samples: int, chunk: int,

@@ -16,6 +16,15 @@ the database only across it, through the proxy listening on the host side of the
 (10.231.0.1). The 0 ms row then goes through the proxy too, with nothing added: the database
 listens on the loopback, which the namespace does not share.
 
+Every row is also read against this host's own limits *at that delay*, measured through the
+same proxy in the same row: burst.py first measures the one-transaction ceiling (bench/limits.py,
+claim + finish + log in one transaction on one connection, 2 s), and the burst's starts and the
+deliveries per second are printed as a share of it; steady.py first measures the start floor
+(bench/start_floor.py: the claim and begin writes alone, best of ``--floor-rounds``), and the
+steady lateness is printed as a multiple of it. A share of the 0 ms row says how much the
+delay costs; a share of the row's own ceiling says how much of what the database still allows,
+that far away, the nodes use.
+
 Lease safety is read from the same runs: ``duplicates`` counts occurrences journaled twice,
 handlers called twice and executions taken over (sequence > 1); with the default lease settings
 it must stay 0 at every delay.
@@ -43,6 +52,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import limits
 from _delay_proxy import DelayProxy
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -124,7 +134,8 @@ def measure(url: str, rtt_ms: float, args: argparse.Namespace, prefix: list[str]
     try:
         burst = _run("burst.py", ["--url", target, "--tasks", str(args.burst_tasks), "--nodes", "2"], 1800, prefix)
         steady = _run("steady.py", ["--url", target, "--tasks", str(args.steady_tasks), "--minutes",
-                                    str(args.steady_minutes), "--nodes", "2"], 600 + 120 * args.steady_minutes,
+                                    str(args.steady_minutes), "--nodes", "2", "--ceiling-s", "0",
+                                    "--floor-rounds", str(args.floor_rounds)], 600 + 120 * args.steady_minutes,
                       prefix)
         notes = _run("notifications.py", ["--url", target, "--messages", str(args.messages), "--nodes", "2",
                                           "--mode", "loop"], 1800, prefix)
@@ -132,25 +143,35 @@ def measure(url: str, rtt_ms: float, args: argparse.Namespace, prefix: list[str]
         if proxy:
             proxy.close()
     errors = [part.get("error") for part in (burst, steady, notes) if part.get("error")]
+    ceiling = (burst.get("ceiling") or {}).get("one_tx_per_s")
     return {
-        "rtt_added_ms": rtt_ms,
+        "rtt_added_ms": rtt_ms, "ceiling_one_tx_per_s": ceiling,
         "burst_starts_per_s": burst.get("starts_per_s"), "burst_all_started_s": burst.get("seconds_to_all_started"),
+        "burst_ceiling_share": limits.share(burst.get("starts_per_s"), ceiling),
         "burst_duplicates": burst.get("duplicates"), "burst_missed": burst.get("missed"),
         "steady_lateness_p50_ms": steady.get("lateness_p50_ms"),
         "steady_lateness_p99_ms": steady.get("lateness_p99_ms"),
+        "steady_floor_p50_ms": steady.get("floor_p50_ms"), "steady_floor_p99_ms": steady.get("floor_p99_ms"),
+        "steady_p50_over_floor": steady.get("p50_over_floor"), "steady_p99_over_floor": steady.get("p99_over_floor"),
         "steady_duplicates": steady.get("duplicates"), "steady_missing": steady.get("missing"),
-        "deliveries_per_s": notes.get("deliveries_per_s"), "delivery_duplicate_effects": notes.get("effect_duplicates"),
+        "deliveries_per_s": notes.get("deliveries_per_s"),
+        "delivery_ceiling_share": limits.share(notes.get("deliveries_per_s"), ceiling),
+        "delivery_duplicate_effects": notes.get("effect_duplicates"),
         "delivery_lost": notes.get("lost"),
         "error": "; ".join(str(e) for e in errors) or None,
     }
 
 
-COLUMNS = [("rtt_added_ms", "RTT added ms"), ("burst_starts_per_s", "burst starts/s"),
+COLUMNS = [("rtt_added_ms", "RTT added ms"), ("ceiling_one_tx_per_s", "one-tx ceiling/s"),
+           ("burst_starts_per_s", "burst starts/s"), ("burst_ceiling_share", "% of ceiling"),
            ("burst_share", "of 0 ms"), ("burst_all_started_s", "all started s"),
            ("burst_duplicates", "dup"), ("burst_missed", "missed"),
            ("steady_lateness_p50_ms", "steady p50 ms"), ("steady_lateness_p99_ms", "p99 ms"),
+           ("steady_floor_p50_ms", "floor p50 ms"), ("steady_p50_over_floor", "p50 / floor"),
+           ("steady_p99_over_floor", "p99 / floor"),
            ("steady_duplicates", "dup"), ("steady_missing", "missing"),
-           ("deliveries_per_s", "deliveries/s"), ("delivery_share", "of 0 ms"),
+           ("deliveries_per_s", "deliveries/s"), ("delivery_ceiling_share", "% of ceiling"),
+           ("delivery_share", "of 0 ms"),
            ("delivery_duplicate_effects", "dup effects"), ("delivery_lost", "lost")]
 
 
@@ -175,9 +196,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def svg(rows: list[dict[str, Any]], title: str) -> str:
-    """Three small line charts (burst starts/s, steady lateness p50/p99, deliveries/s) against the
-    added round trip, as a standalone SVG."""
-    panels = [("burst starts / s", [("burst_starts_per_s", "#1f77b4")]),
+    """Three small line charts (burst starts/s beside the one-transaction ceiling at each delay,
+    steady lateness p50/p99, deliveries/s) against the added round trip, as a standalone SVG."""
+    panels = [("burst starts / s; one-tx ceiling / s", [("burst_starts_per_s", "#1f77b4"),
+                                                         ("ceiling_one_tx_per_s", "#ff7f0e")]),
               ("steady lateness ms (p50, p99)", [("steady_lateness_p50_ms", "#2ca02c"),
                                                   ("steady_lateness_p99_ms", "#d62728")]),
               ("deliveries / s", [("deliveries_per_s", "#9467bd")])]
@@ -224,6 +246,8 @@ def main() -> None:
     parser.add_argument("--steady-tasks", type=int, default=200)
     parser.add_argument("--steady-minutes", type=int, default=2)
     parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--floor-rounds", type=int, default=3, choices=range(0, 21), metavar="0..20",
+                        help="start-floor rounds before each steady run (steady.py --floor-rounds; 0 skips it)")
     parser.add_argument("--netns", action="store_true",
                         help="run the benchmarks and their nodes in their own network namespace (root, iproute2)")
     parser.add_argument("--svg", help="write the curves to this SVG file")

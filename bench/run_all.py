@@ -8,7 +8,7 @@ files. Run it on a quiet machine -- nothing else building or testing -- because 
 and CPU figures are the point; a step that starts with a 1-minute load average above
 ``--max-load`` is flagged in its header (it still runs: the counts stay exact).
 
-    .venv/bin/python bench/run_all.py --out /tmp/hai-bench            # everything, about an hour
+    .venv/bin/python bench/run_all.py --out /tmp/hai-bench            # everything, about 1.5 hours
     .venv/bin/python bench/run_all.py --only burst-postgresql --only steady-postgresql
     .venv/bin/python bench/run_all.py --list
 
@@ -20,6 +20,8 @@ reset by the script (``--url ... --reset``).
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,6 +43,11 @@ class Step:
     needs_url: str | None = None  # "postgresql" / "mysql": a fresh hai_bench_runall database, passed as --url
 
 
+def _netns() -> tuple[str, ...]:
+    """far_db.py's nodes in their own network namespace when this process may make one."""
+    return ("--netns",) if os.geteuid() == 0 and shutil.which("ip") else ()
+
+
 def _steps() -> list[Step]:
     three = ("--backend", "sqlite", "--backend", "postgresql", "--backend", "mysql")
     return [
@@ -49,19 +56,24 @@ def _steps() -> list[Step]:
         Step("burst-postgresql", "burst.py", ("--tasks", "10000", "--nodes", "2", "--reset"), "postgresql"),
         Step("burst-mysql", "burst.py", ("--tasks", "10000", "--nodes", "2", "--reset"), "mysql"),
         Step("burst-sqlite", "burst.py", ("--tasks", "10000", "--nodes", "2")),
-        Step("steady-postgresql", "steady.py", ("--backend", "postgresql", "--tasks", "1000", "--minutes", "10")),
+        Step("steady-1000-c8", "steady.py", ("--backend", "postgresql", "--tasks", "1000", "--minutes", "3")),
+        Step("steady-1000-c64", "steady.py",
+             ("--backend", "postgresql", "--tasks", "1000", "--minutes", "3", "--concurrency", "64")),
         Step("steady-lateness-100", "steady.py", ("--backend", "postgresql", "--tasks", "100", "--minutes", "2")),
         Step("steady-lateness-500", "steady.py", ("--backend", "postgresql", "--tasks", "500", "--minutes", "2")),
         Step("idle", "idle.py", (*three, "--seconds", "30")),
-        Step("notifications", "notifications.py", (*three, "--messages", "2000")),
+        Step("notifications", "notifications.py", (*three, "--messages", "2000", "--ceiling-s", "2")),
         Step("peer-procrastinate", "peer_procrastinate.py", ("--tasks", "10000")),
-        Step("far-db", "far_db.py", ("--rtt-ms", "0,1,10,50", "--burst-tasks", "1000", "--steady-tasks", "100",
-                                    "--steady-minutes", "2", "--messages", "200", "--svg", "bench/far_db.svg")),
+        Step("far-db", "far_db.py", (*_netns(), "--rtt-ms", "0,1,10,50", "--burst-tasks", "1000",
+                                    "--steady-tasks", "100", "--steady-minutes", "2", "--messages", "200",
+                                    "--svg", "bench/far_db.svg")),
         Step("dashboard", "dashboard.py", ()),
         Step("compare", "compare.py", ("--backend", "postgresql", "--tasks", "10000")),
         Step("steady-sqlite-mysql", "steady.py",
              ("--backend", "sqlite", "--backend", "mysql", "--tasks", "1000", "--minutes", "3")),
         Step("list-params", "list_params.py", ("--backend", "postgresql")),
+        Step("big-tables", "big_tables.py", ("--backend", "postgresql", "--rows", "10000000", "--chunk", "500000",
+                                            "--retention")),
     ]
 
 
