@@ -12,8 +12,10 @@ At each size, with ``--tasks`` registered tasks none of which is due:
 - **idle tick**: an in-process node ticks ``--ticks`` times back to back (``Node.tick``): SQL
   statements per tick (SQLAlchemy ``before_cursor_execute``) and milliseconds p50 / p95;
 - **list pages**: ``--samples`` reads of the dashboard's first journal page (50 rows, newest
-  first), of the journal filtered by status ``failed``, and of the first log page, p95 ms
-  (``JournalQueries``, the queries the dashboard runs);
+  first), of the journal filtered by status ``failed``, of the first log page, of one task's
+  journal page, and of the run grid's journal read (the newest 20 occurrences of each of 50
+  tasks, each of which has a hundredth of the rows), p95 ms (``JournalQueries``, the queries the
+  dashboard runs);
 - **claim and finish**: ``--samples`` times, a claim of 100 due occurrences (journal rows
   inserted, slots taken: ``ExecutionRepository.claim``, one transaction) and their terminal
   commit with the log projection (``finish_many``): statements and milliseconds p50 / p95 each;
@@ -70,7 +72,8 @@ COLUMNS = [("backend", "database"), ("rows", "journal rows = log rows"), ("grow_
            ("claim_p95_ms", "p95 ms"), ("finish_statements", "finish x100 statements"),
            ("finish_p50_ms", "finish x100 p50 ms"), ("finish_p95_ms", "p95 ms"),
            ("journal_page_p95_ms", "journal page p95 ms"), ("failed_page_p95_ms", "failed page p95 ms"),
-           ("log_page_p95_ms", "log page p95 ms"), ("log_prune_rows_per_s", "log retention rows / s"),
+           ("log_page_p95_ms", "log page p95 ms"), ("task_page_p95_ms", "one task's page p95 ms"),
+           ("grid_page_p95_ms", "run grid p95 ms"), ("log_prune_rows_per_s", "log retention rows / s"),
            ("log_ceiling_rows_per_s", "one-transaction delete rows / s"), ("log_prune_share", "% of it"),
            ("journal_prune_rows_per_s", "journal retention rows / s"),
            ("journal_ceiling_rows_per_s", "one-transaction delete rows / s"), ("journal_prune_share", "% of it")]
@@ -176,7 +179,11 @@ def pages(engine: Engine, samples: int) -> dict[str, Any]:
     queries = JournalQueries(engine)
     kinds = {"journal_page_p95_ms": lambda: queries.execution_page(None, None, 50),
              "failed_page_p95_ms": lambda: queries.execution_page("failed", None, 50),
-             "log_page_p95_ms": lambda: queries.log_page(LogFilter(), 50)}
+             "log_page_p95_ms": lambda: queries.log_page(LogFilter(), 50),
+             "task_page_p95_ms": lambda: queries.execution_page(None, "bigtask-7", 50),
+             # the run grid (/runs/): the newest 20 occurrences of each of a page of 50 tasks, every
+             # one of which has rows / 100 journal rows
+             "grid_page_p95_ms": lambda: queries.recent_runs([f"bigtask-{i}" for i in range(50)], 20)}
     result = {}
     for name, load in kinds.items():
         load()  # warm
