@@ -228,7 +228,7 @@ class TaskOperations:
              before: str | None = None) -> RunGrid:
         """The run-history grid: a keyset page of the tasks matching ``query`` (the Tasks page's
         search) and the newest ``runs`` occurrences of each, oldest first. Two statements: the
-        page of tasks, and one windowed read of their runs (``JournalQueries.recent_runs``)."""
+        page of tasks, and one bounded read of their runs (``JournalQueries.recent_runs``)."""
         check_int(runs, "runs", 1, 100)
         search, page, next_after, prev_before = self._task_page(query, limit, after, before)
         cells = JournalQueries(self._context().tasks.engine).recent_runs([stored.id for stored in page], runs)

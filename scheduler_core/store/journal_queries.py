@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Select, and_, func, select, tuple_
+from sqlalchemy import ColumnElement, Select, and_, func, select, tuple_, union_all
 from sqlalchemy.engine import Connection, Engine, Row
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
@@ -119,6 +119,30 @@ def _bounded(conn: Connection, query: Select[Any], cap: int) -> BoundedCount:
     return BoundedCount(min(found, cap), found > cap)
 
 
+RUN_COLUMNS = (executions.c.occurrence_id, executions.c.task_id, executions.c.status, executions.c.reason,
+               executions.c.trigger, executions.c.created_at, executions.c.scheduled_minute)
+
+
+def recent_runs_query(task_ids: Sequence[str], runs: int) -> Select[Any] | None:
+    """The run grid's read: for each task, its newest ``runs`` journal rows, oldest first per task.
+
+    One ``UNION ALL`` of one limited read per task, each a backward range scan of the
+    (task_id, created_at, occurrence_id) index that stops after ``runs`` rows. A window over
+    the tasks' rows (``ROW_NUMBER() OVER (PARTITION BY task_id ...) <= runs``) gives the same
+    answer but numbers every row of every task on the page first: a task that has run every
+    minute for a year has half a million. ``None`` when there are no tasks."""
+    ids = sorted(set(task_ids))
+    if not ids:
+        return None
+    newest = [select(*RUN_COLUMNS).where(executions.c.task_id == task_id)
+              .order_by(executions.c.created_at.desc(), executions.c.occurrence_id.desc()).limit(runs)
+              .subquery(f"runs_{n}") for n, task_id in enumerate(ids)]
+    # each member is wrapped (SELECT * FROM (...)): SQLite takes no ORDER BY / LIMIT on a bare member
+    parts = [select(*part.c) for part in newest]
+    combined = (parts[0] if len(parts) == 1 else union_all(*parts)).subquery("runs")
+    return select(*combined.c).order_by(combined.c.task_id, combined.c.created_at, combined.c.occurrence_id)
+
+
 class JournalQueries:
     """The dashboard's reads of the journal, logs, tasks and nodes."""
 
@@ -164,20 +188,11 @@ class JournalQueries:
 
     def recent_runs(self, task_ids: Sequence[str], runs: int) -> dict[str, list[RunCell]]:
         """The newest ``runs`` journal rows of each of ``task_ids``, oldest first per task: one
-        statement, ``ROW_NUMBER() OVER (PARTITION BY task_id ORDER BY created_at DESC,
-        occurrence_id DESC) <= runs``. Served by the (task_id, created_at, occurrence_id) index;
-        each task's rows are read in index order and numbered (SQLite >= 3.25, PostgreSQL,
-        MariaDB >= 10.2 / MySQL 8 all have window functions). Tasks that never ran are absent."""
-        ids = sorted(set(task_ids))
-        if not ids:
+        statement (``recent_runs_query``), whose work is bounded by ``len(task_ids) * runs`` rows
+        however long each task's history is. Tasks that never ran are absent."""
+        query = recent_runs_query(task_ids, runs)
+        if query is None:
             return {}
-        rank = func.row_number().over(partition_by=executions.c.task_id,
-                                      order_by=(executions.c.created_at.desc(), executions.c.occurrence_id.desc()))
-        columns = (executions.c.occurrence_id, executions.c.task_id, executions.c.status, executions.c.reason,
-                   executions.c.trigger, executions.c.created_at, executions.c.scheduled_minute)
-        ranked = select(*columns, rank.label("rank")).where(executions.c.task_id.in_(ids)).subquery()
-        query = (select(*(ranked.c[c.name] for c in columns)).where(ranked.c.rank <= runs)
-                 .order_by(ranked.c.task_id, ranked.c.created_at, ranked.c.occurrence_id))
 
         def work(conn: Connection) -> dict[str, list[RunCell]]:
             found: dict[str, list[RunCell]] = {}
