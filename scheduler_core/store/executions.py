@@ -6,6 +6,7 @@ acts, after the row locks; batches and their per-database answers: docs/architec
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -23,6 +24,9 @@ from scheduler_core.statuses import ExecutionStatus, Trigger
 from scheduler_core.store.dialect import Batch, StatementCache, greatest, insert_ignore_many, run
 from scheduler_core.store.logs import project_logs
 from scheduler_core.store.transactions import is_retryable, one_row, read, write
+
+# MySQL: pauses before a free slot that another transaction has locked is tried again (ExecutionRepository._lock_slots)
+SLOT_RETRY_PAUSES_S = (0.005, 0.02, 0.05)
 
 
 @dataclass(frozen=True)
@@ -321,8 +325,7 @@ class ExecutionRepository:
             return set()
         task_ids = sorted(first)
         if dialect_kind(conn) == "mysql":
-            rows = dict(conn.execute(select(slots.c.task_id, slots.c.occurrence_id)
-                                     .where(slots.c.task_id.in_(task_ids)).with_for_update(skip_locked=True)).all())
+            rows = self._lock_slots(conn, task_ids)
             free = [t for t in task_ids if t in rows and rows[t] is None]
             if free:  # locked by us: the UPDATE takes every one of them
                 run(conn, *self._take_free_slots(conn, {t: first[t] for t in free}))
@@ -336,6 +339,36 @@ class ExecutionRepository:
             if missing:
                 seated |= self._seat_in_new_slots(conn, missing)
         return {first[t].occurrence_id for t in seated}
+
+    @staticmethod
+    def _lock_slots(conn: Connection, task_ids: list[str]) -> dict[str, str | None]:
+        """MySQL: lock the slot rows of ``task_ids`` that no one else has locked (SKIP LOCKED);
+        their holders, by task.
+
+        A row locked by another transaction is not always held: InnoDB also locks, for the
+        length of a statement, rows that another statement only looks at on its way -- a
+        terminal commit's slot release that the optimizer runs as a scan of the slots, for
+        one. A row locked now whose last committed state is free is therefore tried again,
+        after ``SLOT_RETRY_PAUSES_S`` (at most about 75 ms in all), before it counts as busy;
+        a row whose committed state is held counts as busy at once, so a claim still never
+        waits for an owner frozen inside its terminal commit."""
+        def lock(ids: list[str]) -> dict[str, str | None]:
+            return dict(conn.execute(select(slots.c.task_id, slots.c.occurrence_id).where(slots.c.task_id.in_(ids))
+                                     .with_for_update(skip_locked=True)).tuples().all())
+
+        rows = lock(task_ids)
+        for pause in SLOT_RETRY_PAUSES_S:
+            locked = [t for t in task_ids if t not in rows]
+            if not locked:
+                break
+            committed = dict(conn.execute(select(slots.c.task_id, slots.c.occurrence_id)
+                                          .where(slots.c.task_id.in_(locked))).tuples().all())  # no lock: last commit
+            free_now = [t for t in locked if t in committed and committed[t] is None]
+            if not free_now:
+                break
+            time.sleep(pause)
+            rows.update(lock(free_now))
+        return rows
 
     def _take_free_slots(self, conn: Connection, claims: dict[str, ClaimRequest]) -> tuple[Any, dict[str, Any]]:
         """The statement (and its parameters) seating each claim in its task's slot if that is
