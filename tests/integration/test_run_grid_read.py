@@ -107,9 +107,10 @@ def _sqlite_steps(conn: Connection, sql: str) -> int:
 
 
 def _work(engine: Engine, task_ids: list[str]) -> int:
-    query = recent_runs_query(task_ids, RUNS)
-    assert query is not None
-    sql = str(query.compile(engine, compile_kwargs={"literal_binds": True}))
+    built = recent_runs_query(task_ids, RUNS)
+    assert built is not None
+    query, params = built
+    sql = str(query.params(**params).compile(engine, compile_kwargs={"literal_binds": True}))
     measure: Callable[[Connection, str], int] = {
         "postgresql": _postgresql_rows_read, "mysql": _mysql_rows_read, "sqlite": _sqlite_steps}[engine.dialect.name]
     with engine.connect() as conn:
