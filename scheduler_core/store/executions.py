@@ -353,16 +353,17 @@ class ExecutionRepository:
         a row whose committed state is held counts as busy at once, so a claim still never
         waits for an owner frozen inside its terminal commit."""
         def lock(ids: list[str]) -> dict[str, str | None]:
-            return dict(conn.execute(select(slots.c.task_id, slots.c.occurrence_id).where(slots.c.task_id.in_(ids))
-                                     .with_for_update(skip_locked=True)).tuples().all())
+            found = conn.execute(select(slots.c.task_id, slots.c.occurrence_id).where(slots.c.task_id.in_(ids))
+                                 .with_for_update(skip_locked=True)).all()
+            return {task_id: holder for task_id, holder in found}
 
         rows = lock(task_ids)
         for pause in SLOT_RETRY_PAUSES_S:
             locked = [t for t in task_ids if t not in rows]
             if not locked:
                 break
-            committed = dict(conn.execute(select(slots.c.task_id, slots.c.occurrence_id)
-                                          .where(slots.c.task_id.in_(locked))).tuples().all())  # no lock: last commit
+            committed = {task_id: holder for task_id, holder in conn.execute(  # no lock: the last commit
+                select(slots.c.task_id, slots.c.occurrence_id).where(slots.c.task_id.in_(locked))).all()}
             free_now = [t for t in locked if t in committed and committed[t] is None]
             if not free_now:
                 break

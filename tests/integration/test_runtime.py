@@ -173,7 +173,8 @@ def test_a_failing_tick_listener_spoils_neither_the_others_nor_the_tick(make_nod
     node.add_tick_listener(broken)
     node.add_tick_listener(ticks.append)
     node.start()
-    _wait(lambda: len(ticks) >= 3 and len(seen) == 1)
+    # at least one: started late in a minute, the node also runs the next minute's within the wait
+    _wait(lambda: len(ticks) >= 3 and len(seen) >= 1)
 
 
 @pytest.mark.parametrize("retention", [{"max_logs": 2}, {"retention_days": 1}])
