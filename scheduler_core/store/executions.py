@@ -346,9 +346,9 @@ class ExecutionRepository:
         their holders, by task.
 
         A row locked by another transaction is not always held: InnoDB also locks, for the
-        length of a statement, rows that another statement only looks at on its way -- a
-        terminal commit's slot release that the optimizer runs as a scan of the slots, for
-        one. A row locked now whose last committed state is free is therefore tried again,
+        length of a statement, rows that a locking statement only passes over (an UPDATE of
+        the slots planned as a scan, say). A row locked now whose last committed state is
+        free is therefore tried again,
         after ``SLOT_RETRY_PAUSES_S`` (at most about 75 ms in all), before it counts as busy;
         a row whose committed state is held counts as busy at once, so a claim still never
         waits for an owner frozen inside its terminal commit."""
