@@ -238,6 +238,16 @@ def server_database(request: pytest.FixtureRequest, tmp_path: object) -> Iterato
 
 
 @pytest.fixture
+def server_engine(server_database: TestDatabase) -> Iterator[Engine]:
+    """An engine on ``server_database`` (PostgreSQL or MariaDB, a fresh migrated database)."""
+    engine = create_engine(server_database.url)
+    try:
+        yield engine
+    finally:
+        close_engine(engine)
+
+
+@pytest.fixture
 def pg(tmp_path: object) -> Iterator[Engine]:
     """An engine on a migrated clean PostgreSQL database, for tests of PostgreSQL's own SQL."""
     server("postgresql")

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import Engine
-
-from scheduler_core.db import close_engine, create_engine
-from tests.conftest import TestDatabase
 
 
 @pytest.fixture
@@ -18,11 +13,3 @@ def events(tmp_path: Path) -> Path:
     return tmp_path / "events.jsonl"
 
 
-@pytest.fixture
-def server_engine(server_database: TestDatabase) -> Iterator[Engine]:
-    """An engine on ``server_database`` (PostgreSQL or MariaDB, a fresh migrated database)."""
-    engine = create_engine(server_database.url)
-    try:
-        yield engine
-    finally:
-        close_engine(engine)

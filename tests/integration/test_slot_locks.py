@@ -13,27 +13,14 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import event, insert, select, text
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import executions, slots
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 from scheduler_core.store.executions import SLOT_RETRY_PAUSES_S
-from tests.conftest import TestDatabase
-
-
-@pytest.fixture
-def server_engine(server_database: TestDatabase) -> Iterator[Engine]:
-    engine = create_engine(server_database.url)
-    try:
-        yield engine
-    finally:
-        close_engine(engine)
 
 
 def _slot(engine: Engine, task_id: str, holder: str | None = None) -> None:
@@ -50,6 +37,18 @@ def _claim(engine: Engine, task_id: str) -> tuple[str, str]:
         status = conn.execute(select(executions.c.status).where(executions.c.occurrence_id == occurrence)).scalar_one()
         conn.rollback()
     return result.outcome, status
+
+
+def _claim_under_lock(engine: Engine, task_id: str, seconds: float,
+                      release_soon: bool = False) -> tuple[str, str, float]:
+    """Claim while another transaction holds the slot row (``SlotLock``): outcome, status, seconds taken."""
+    lock = SlotLock(engine, task_id, seconds, release_soon)
+    try:
+        began = time.monotonic()
+        outcome, status = _claim(engine, task_id)
+        return outcome, status, time.monotonic() - began
+    finally:
+        lock.join()
 
 
 class SlotLock:
@@ -88,23 +87,13 @@ class SlotLock:
 def test_a_free_slot_locked_for_a_moment_is_taken_not_skipped(server_engine: Engine) -> None:
     _slot(server_engine, "moment")
     # a statement passing over the row: locked when the claim first looks, free soon after
-    lock = SlotLock(server_engine, "moment", 0.05, release_soon=True)
-    try:
-        outcome, status = _claim(server_engine, "moment")
-    finally:
-        lock.join()
+    outcome, status, _ = _claim_under_lock(server_engine, "moment", 0.05, release_soon=True)
     assert (outcome, status) == ("claimed", "running")
 
 
 def test_a_held_slot_under_a_frozen_owners_lock_is_busy_at_once(server_engine: Engine) -> None:
     _slot(server_engine, "held", holder="earlier-occurrence")
-    lock = SlotLock(server_engine, "held", 3.0)  # an owner frozen inside its terminal commit
-    try:
-        began = time.monotonic()
-        outcome, status = _claim(server_engine, "held")
-        took = time.monotonic() - began
-    finally:
-        lock.join()
+    outcome, status, took = _claim_under_lock(server_engine, "held", 3.0)  # an owner frozen mid-commit
     assert (outcome, status) == ("skipped", "skipped")
     assert took < 1.0, f"the claim waited {took:.2f} s for a frozen owner's lock"
 
@@ -114,13 +103,7 @@ def test_a_free_slot_locked_for_long_is_busy_after_the_retries_on_mariadb(server
     taking it for another occurrence of the task, or frozen doing so). PostgreSQL's UPDATE waits
     for the lock and then takes the slot, still free."""
     _slot(server_engine, "long")
-    lock = SlotLock(server_engine, "long", 1.5)
-    try:
-        began = time.monotonic()
-        outcome, _ = _claim(server_engine, "long")
-        took = time.monotonic() - began
-    finally:
-        lock.join()
+    outcome, _, took = _claim_under_lock(server_engine, "long", 1.5)
     if server_engine.dialect.name == "mysql":
         assert outcome == "skipped"
         assert sum(SLOT_RETRY_PAUSES_S) <= took < 1.0, took

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,13 +13,11 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
-from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import slots
 from scheduler_core.runtime import batching
 from scheduler_core.runtime.batching import DEFER_BATCH, GroupCommit
 from scheduler_core.runtime.collector import BURST
 from scheduler_core.testing import set_clock_offset
-from tests.conftest import TestDatabase
 from tests.helpers.node_cluster import cron_at, journal, next_boundary
 
 # --- the group commit's deferral ---------------------------------------------------------------
@@ -102,13 +99,6 @@ def test_an_undeferred_group_commit_writes_at_once(recorder: Recorder) -> None:
 
 
 # --- the node: a freed thread does not wait for the terminal commit it handed over ----------
-
-
-@pytest.fixture
-def server_engine(server_database: TestDatabase) -> Iterator[Engine]:
-    engine = create_engine(server_database.url)
-    yield engine
-    close_engine(engine)
 
 
 def test_a_freed_thread_takes_the_next_occurrence_while_a_terminal_commit_waits(server_engine: Engine) -> None:
