@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select, update
+from sqlalchemy import event, func, select, text, update
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
@@ -19,6 +19,7 @@ from scheduler_core.store import logs as logs_module
 from scheduler_core.store import retention as retention_module
 from scheduler_core.store.retention import KEY_DAYS_MIN, JournalRetention, PruneResult
 from scheduler_core.testing import clock_offset, set_clock_offset
+from tests.helpers.journal import execution_row, insert_rows
 
 DAY_MS = 86_400_000
 MakeScheduler = Callable[..., Scheduler]
@@ -174,3 +175,134 @@ def test_log_retention_deletes_in_bounded_batches(make_node: MakeScheduler, engi
     assert max(deleted) <= 2 and len(deleted) == expected // 2 + 1  # full batches, then a short one
     kept = [entry.id for entry in node.get_logs()]
     assert kept == ([] if "retention_days" in retention else [made[-1].id])
+
+
+# --- a long backlog: each batch reads on from where the last one ended -------------------
+
+
+def _old_rows(engine: Engine, count: int, tie: int = 1, start: int = 1_600_000_000_000,
+              statuses: tuple[str, ...] = ("success",)) -> list[str]:
+    """``count`` finished journal rows years old, ``tie`` of them at a time sharing one
+    ``updated_at`` (a group commit stamps its rows with one millisecond), statuses in turn."""
+    ids = [f"old-{i:06d}" for i in range(count)]
+    for low in range(0, count, 2_000):
+        insert_rows(engine, executions, (execution_row(ids[i], start + (i // tie) * 1_000, statuses[i % len(statuses)])
+                                         for i in range(low, min(count, low + 2_000))))
+    return ids
+
+
+def _read_work(conn: Any, statement: str, parameters: Any) -> int:
+    """What the database reports it did to answer one read, run again on the reader's own
+    connection and transaction just before it: PostgreSQL's buffers (pages hit or read,
+    ``EXPLAIN (ANALYZE, BUFFERS)``), MariaDB's handler reads (index entries and rows), SQLite's
+    virtual-machine steps (in hundreds, its progress handler)."""
+    raw = conn.connection.dbapi_connection
+    cursor = raw.cursor()
+    try:
+        if conn.dialect.name == "postgresql":
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, parameters)
+            plan = cursor.fetchone()[0][0]["Plan"]
+            return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+        if conn.dialect.name == "mysql":
+            def counters() -> int:
+                cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read%'")
+                return sum(int(value) for name, value in cursor.fetchall() if name != "Handler_read_rnd_deleted")
+
+            first = counters()
+            itself = counters() - first  # what reading the counters adds to them
+            before = counters()
+            cursor.execute(statement, parameters)
+            cursor.fetchall()
+            return counters() - before - itself
+        steps = [0]
+
+        def step() -> int:
+            steps[0] += 1
+            return 0
+
+        raw.set_progress_handler(step, 100)
+        try:
+            cursor.execute(statement, parameters)
+            cursor.fetchall()
+        finally:
+            raw.set_progress_handler(None, 100)
+        return steps[0]
+    finally:
+        cursor.close()
+
+
+def _reads_work(engine: Engine, batch: Callable[[], int]) -> tuple[int, int]:
+    """What ``batch()`` returned (journal rows deleted), and the work of the journal reads it ran."""
+    work = [0]
+
+    def measure(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        text_ = " ".join(statement.split()).upper()
+        if text_.startswith("SELECT") and "FROM EXECUTIONS" in text_ and "LIMIT" in text_:
+            work[0] += _read_work(conn, statement, parameters)
+
+    event.listen(engine, "before_cursor_execute", measure)
+    try:
+        deleted = batch()
+    finally:
+        event.remove(engine, "before_cursor_execute", measure)
+    return deleted, work[0]
+
+
+def _from_the_oldest_row(engine: Engine, batch_rows: int) -> Callable[[], int]:
+    """A batch of a retention with no position (a new pass), rolled back."""
+    def batch() -> int:
+        with engine.connect() as conn:
+            found = conn.begin()
+            try:
+                return JournalRetention(engine)._batch(conn, 30, batch_rows).deleted
+            finally:
+                found.rollback()
+
+    return batch
+
+
+def test_a_batch_late_in_a_long_backlog_reads_no_more_than_the_first(engine: Engine) -> None:
+    """Deleted rows stay in the table and its indexes until the database cleans up (PostgreSQL's
+    vacuum): a batch that read from the oldest end again passed over every row the batches before
+    it deleted, and a backlog's drain grew with its square. Each batch reads on from where the
+    last one ended, through the creation-order index whatever the planner would prefer."""
+    batch = 100
+    _old_rows(engine, 24_000, tie=7)
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("ANALYZE executions"))
+    retention = JournalRetention(engine)
+    deleted, first = _reads_work(engine, lambda: retention.prune(30, max_batches=1, batch_rows=batch).journal)
+    assert deleted == batch
+    assert retention.prune(30, max_batches=230, batch_rows=batch) == PruneResult(journal=230 * batch, more=True)
+    oldest_deleted, from_oldest = _reads_work(engine, _from_the_oldest_row(engine, batch))
+    deleted, late = _reads_work(engine, lambda: retention.prune(30, max_batches=1, batch_rows=batch).journal)
+    assert deleted == oldest_deleted == batch
+    assert late <= 2 * first + 10, f"the first batch's reads took {first}, one after 23,100 deleted rows {late}"
+    # and each batch's read is about its own rows, not the table: pages (PostgreSQL: an index
+    # entry, its row, a slot probe), handler reads (MariaDB), hundreds of VM steps (SQLite)
+    per_row = {"postgresql": 3, "mysql": 3, "sqlite": 1}[engine.dialect.name]
+    assert max(first, late) <= per_row * batch, f"reads took {first} and {late} for {batch} rows"
+    if engine.dialect.name == "postgresql":  # the deleted rows' index entries are still there
+        assert 3 * late < from_oldest, f"from the position {late}, from the oldest row {from_oldest}"
+
+
+def test_every_deletable_row_goes_in_passes_of_small_batches_ties_and_statuses_mixed(engine: Engine) -> None:
+    """Ties on ``created_at`` across batch edges, every final status, rows that must stay, and a
+    row held back (a slot pointed at it) deleted by the next pass once it is free."""
+    statuses = ("success", "failed", "unknown", "skipped", "running", "missed", "interrupted", "discarded", "queued")
+    ids = _old_rows(engine, 400, tie=13, statuses=statuses)
+    kept = {i for n, i in enumerate(ids) if statuses[n % len(statuses)] in ("unknown", "running", "queued")}
+    held = ids[1]  # failed, and a slot points at it
+    with engine.begin() as conn:
+        conn.execute(slots.insert().values(task_id="t", occurrence_id=held, updated_at=0))
+    retention = JournalRetention(engine)
+    results = []
+    while not results or results[-1].more:
+        results.append(retention.prune(30, max_batches=3, batch_rows=7))
+    assert sum(r.journal for r in results) == len(ids) - len(kept) - 1
+    assert _journaled(engine, ids) == kept | {held}
+    with engine.begin() as conn:
+        conn.execute(slots.delete())
+    assert retention.prune(30, max_batches=3, batch_rows=7) == PruneResult(journal=1)
+    assert _journaled(engine, ids) == kept
