@@ -139,8 +139,9 @@ class JournalRetention:
             created_at, occurrence_id = self._after
             condition = and_(condition, c.created_at >= created_at,
                              or_(c.created_at > created_at, c.occurrence_id > occurrence_id))
+        hint = f"FORCE INDEX ({CREATION_ORDER_INDEX})"  # "mariadb" for an engine made with that dialect name
         read = (select(c.occurrence_id, c.created_at).where(condition).order_by(c.created_at, c.occurrence_id)
-                .limit(batch_rows).with_hint(executions, f"FORCE INDEX ({CREATION_ORDER_INDEX})", "mysql"))
+                .limit(batch_rows).with_hint(executions, hint, "mysql").with_hint(executions, hint, "mariadb"))
         rows = conn.execute(read).all()
         batch = _Batch(end=len(rows) < batch_rows)
         if not rows:
