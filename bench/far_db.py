@@ -1,13 +1,17 @@
 """The database far away: burst throughput, steady lateness and notification deliveries per
 second when every round trip to the database costs 1, 10 or 50 ms more (issue #17, item 4).
 
-The nodes reach the database through bench/_delay_proxy.py, a TCP proxy on 127.0.0.1 that holds
-every byte for half the added round trip in each direction. The issue asks for network namespaces
-and ``tc netem``; this machine's kernel has no netem qdisc ("Specified qdisc kind is unknown"), so
-the delay is added in user space instead: the same latency per round trip, no bandwidth limit,
-no loss. Each row is measured by the existing benchmarks (burst.py, steady.py,
-notifications.py) run as child processes with ``--url`` pointing at the proxy; the first row
-(0 ms added) goes straight to the database, and every other row is also shown as a share of it,
+By default (``--delay proxy``) the nodes reach the database through bench/_delay_proxy.py, a TCP
+proxy that holds every byte for half the added round trip in each direction: the same latency per
+round trip as a slow link, no bandwidth limit, no loss, and it needs no kernel support. With
+``--netns --delay netem`` the delay is the kernel's instead: a ``tc netem`` qdisc on each end of
+the veth pair delays every packet by half the round trip, and the proxy adds nothing. The run
+that RESULTS.md reports used the proxy: that host's kernel had no netem qdisc ("Specified qdisc
+kind is unknown"), which far_db.py checks before it measures anything.
+
+Each row is measured by the existing benchmarks (burst.py, steady.py, notifications.py) run as
+child processes with ``--url`` pointing at the proxy; without ``--netns`` the first row (0 ms
+added) goes straight to the database, and every other row is also shown as a share of it,
 measured in the same invocation.
 
 With ``--netns`` (root, ``ip`` from iproute2) the benchmarks and their node processes run in
@@ -31,6 +35,7 @@ it must stay 0 at every delay.
 
     .venv/bin/python bench/far_db.py --rtt-ms 0,1,10,50 --svg bench/far_db.svg
     .venv/bin/python bench/far_db.py --netns --rtt-ms 0,1,10,50 --svg bench/far_db.svg   # as root
+    .venv/bin/python bench/far_db.py --netns --delay netem --rtt-ms 0,1,10,50   # root, a kernel with netem
     .venv/bin/python bench/far_db.py --rtt-ms 0,10 --burst-tasks 500 --steady-tasks 100 --steady-minutes 1 \\
         --messages 200          # quick
 
@@ -89,6 +94,33 @@ def node_namespace() -> Iterator[list[str]]:
         _ip("netns", "del", NETNS, check=False)
 
 
+def _tc(*args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(prefix or []), "tc", *args], capture_output=True, text=True)
+
+
+def netem_refusal() -> str | None:
+    """Why ``tc netem`` cannot delay the veth pair here (None when it can): tried on the pair
+    itself, with nothing added, and taken off again."""
+    done = _tc("qdisc", "replace", "dev", HOST_SIDE[0], "root", "netem", "delay", "0ms")
+    if done.returncode != 0:
+        return (done.stderr or done.stdout).strip() or f"tc exited {done.returncode}"
+    _tc("qdisc", "del", "dev", HOST_SIDE[0], "root")
+    return None
+
+
+def set_netem(rtt_ms: float, prefix: list[str]) -> None:
+    """Half of ``rtt_ms`` on each end of the veth pair (both directions); 0 takes the qdiscs off.
+    ``limit`` is raised from netem's 1,000 packets so a burst at 50 ms is delayed, not dropped."""
+    for device, inside in ((HOST_SIDE[0], None), (NODE_SIDE[0], prefix)):
+        if not rtt_ms:
+            _tc("qdisc", "del", "dev", device, "root", prefix=inside)
+            continue
+        done = _tc("qdisc", "replace", "dev", device, "root", "netem", "delay", f"{rtt_ms / 2:g}ms",
+                   "limit", "100000", prefix=inside)
+        if done.returncode != 0:
+            raise RuntimeError(f"tc netem on {device}: {(done.stderr or done.stdout).strip()}")
+
+
 def _ensure_database(url: str) -> None:
     parsed = make_url(url)
     admin = create_engine(parsed.set(drivername="postgresql+psycopg", database="postgres"),
@@ -126,7 +158,10 @@ def measure(url: str, rtt_ms: float, args: argparse.Namespace, prefix: list[str]
     parsed = make_url(url)
     upstream = (parsed.host or "127.0.0.1", parsed.port or 5432)
     proxy: DelayProxy | None = None
-    if prefix:  # the namespace reaches the database only through the proxy, 0 ms too
+    if args.delay == "netem":  # the kernel delays the veth pair; the proxy only forwards
+        set_netem(rtt_ms, prefix)
+        proxy = DelayProxy(upstream, 0, HOST_SIDE[1])
+    elif prefix:  # the namespace reaches the database only through the proxy, 0 ms too
         proxy = DelayProxy(upstream, rtt_ms / 2, HOST_SIDE[1])
     elif rtt_ms:
         proxy = DelayProxy(upstream, rtt_ms / 2)
@@ -142,6 +177,8 @@ def measure(url: str, rtt_ms: float, args: argparse.Namespace, prefix: list[str]
     finally:
         if proxy:
             proxy.close()
+        if args.delay == "netem":
+            set_netem(0, prefix)
     errors = [part.get("error") for part in (burst, steady, notes) if part.get("error")]
     ceiling = (burst.get("ceiling") or {}).get("one_tx_per_s")
     return {
@@ -250,6 +287,9 @@ def main() -> None:
                         help="start-floor rounds before each steady run (steady.py --floor-rounds; 0 skips it)")
     parser.add_argument("--netns", action="store_true",
                         help="run the benchmarks and their nodes in their own network namespace (root, iproute2)")
+    parser.add_argument("--delay", choices=("proxy", "netem"), default="proxy",
+                        help="who adds the delay: the user-space proxy (default) or tc netem on the veth pair "
+                             "(needs --netns and a kernel with the netem qdisc)")
     parser.add_argument("--svg", help="write the curves to this SVG file")
     parser.add_argument("--json", action="store_true", help="also print every row as JSON")
     args = parser.parse_args()
@@ -261,18 +301,27 @@ def main() -> None:
         parser.error("--rtt-ms: each value must be between 0 and 1000")
     if args.netns and (os.geteuid() != 0 or shutil.which("ip") is None):
         parser.error("--netns: needs root and the ip command (iproute2) to make the nodes' network namespace")
+    if args.delay == "netem" and not args.netns:
+        parser.error("--delay netem: needs --netns (netem delays the veth pair between the nodes and the database)")
+    if args.delay == "netem" and shutil.which("tc") is None:
+        parser.error("--delay netem: needs the tc command (iproute2)")
     if make_url(args.url).get_backend_name() != "postgresql":
         parser.error("--url: a PostgreSQL URL (the far-away database is a server)")
     _ensure_database(args.url)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = []
     with node_namespace() if args.netns else contextlib.nullcontext([]) as prefix:
+        refusal = netem_refusal() if args.delay == "netem" else None
+        if refusal:
+            sys.exit(f"far_db.py: --delay netem: tc cannot add a netem qdisc here ({refusal}); "
+                     "use --delay proxy, which adds the same delay in user space")
         for rtt in rtts:
             inside = f" (nodes in namespace {NETNS})" if prefix else ""
             print(f"measuring with {rtt:g} ms added per round trip{inside} ...", flush=True)
             rows.append(measure(args.url, rtt, args, prefix))
     _shares(rows)
     where = f"nodes in network namespace {NETNS}, " if args.netns else ""
+    where += "delay by tc netem, " if args.delay == "netem" else "delay by the proxy, "
     print(f"\nDatabase far away ({started}; {where}burst {args.burst_tasks} tasks, steady {args.steady_tasks} tasks x "
           f"{args.steady_minutes} min, {args.messages} notifications; 2 nodes each)\n")
     print(_table(rows))
