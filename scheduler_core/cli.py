@@ -30,7 +30,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import __version__
 from scheduler_core.db import close_engine, create_engine, health_check, migration_state, upgrade
 from scheduler_core.errors import ReachError, SchedulerError
-from scheduler_core.settings import Settings, read_settings
+from scheduler_core.settings import Settings, likely_typos, read_settings
 
 NO_DATABASE = 4  # `db status`: the SQLite file does not exist (3: migrations are pending)
 
@@ -56,8 +56,13 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int
     if not hasattr(args, "handler"):
         parser.print_help()
         return 2
+    for typo in likely_typos(os.environ):  # first: a misspelt name may be why a setting below is refused
+        print(f"warning: {typo}", file=sys.stderr)
     try:
-        return int(args.handler(args, read_settings(args)))
+        settings = read_settings(args)
+        for typo in likely_typos({}, settings.dashboard):
+            print(f"warning: {typo}", file=sys.stderr)
+        return int(args.handler(args, settings))
     except (SchedulerError, ReachError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

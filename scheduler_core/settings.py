@@ -11,6 +11,7 @@ are written as: a password of digits is a string, never a number.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import os
@@ -33,6 +34,21 @@ METRICS_TOKEN_MIN = 16
 # HAI_CONFIG_FILE holds dashboard settings only; these are read by the command line as well, so
 # they come from the environment alone and every process agrees on them.
 ENVIRONMENT_ONLY = ("DATABASE_URL", "HOOKS", "NODE_GROUPS", "BIND", "WORKERS", "THREADS", "ENV", "CONFIG_FILE")
+# Every HAI_ variable the product reads. Others are not an error (tasks-as-code secrets are
+# HAI_TASK_* references, a notification provider may read its password from any variable, and the
+# README's API example uses HAI_TOKEN), but one within a typo of these is named on stderr.
+VARIABLES = frozenset(f"HAI_{name}" for name in (
+    "DATABASE_URL", "DATABASE_POOL_SIZE", "DATABASE_ACQUIRE_TIMEOUT_MS", "DATABASE_CONNECT_TIMEOUT_MS",
+    "DATABASE_BUSY_TIMEOUT_MS", "DATABASE_TLS_CA", "DATABASE_TLS_CERT", "DATABASE_TLS_KEY", "DATABASE_TLS_VERIFY",
+    "ENV", "E2E", "SECRET_KEY", "SECRET_KEY_FILE", "ADMIN_PASSWORD", "NEW_PASSWORD", "BIND", "WORKERS", "THREADS",
+    "REACH_CONFIG", "CONFIG_FILE", "COOKIE_SECURE", "HOOKS", "NODE_GROUPS", "PUBLIC_URL", "TRUSTED_PROXIES",
+    "METRICS_TOKEN", "METRICS_ALLOW", "API_RATE_LIMIT"))
+# HAI_CONFIG_FILE's keys the dashboard reads (other keys go to Flask's configuration as they are).
+FILE_KEYS = ("ADMIN_PASSWORD", "SECRET_KEY", "COOKIE_SECURE", "REACH", "REACH_CONFIG", "PUBLIC_URL",
+             "TRUSTED_PROXIES", "METRICS_TOKEN", "METRICS_ALLOW", "API_RATE_LIMIT")
+# difflib's ratio: HAI_DATABSE_URL 0.97 and HAI_ADMIN_PASS 0.88 are typos; HAI_SMS_TOKEN (0.80) and
+# HAI_TEST_WORKERS (0.81), someone's own variables, are not.
+TYPO_CUTOFF = 0.85
 _DATABASE_NUMBERS = ("pool_size", "acquire_timeout_ms", "connect_timeout_ms", "busy_timeout_ms")
 _FLAG_NAMES = {"groups": "--group"}  # argparse destination -> the flag a person typed
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -97,6 +113,36 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
         api_rate_limit=_api_rate_limit(*source.dashboard("API_RATE_LIMIT")),
         dashboard=_checked_file(source),
     )
+
+
+def likely_typos(environ: Mapping[str, str], file: Mapping[str, Any] | None = None) -> list[str]:
+    """What looks like a misspelt setting and is therefore ignored: a ``HAI_`` variable the product
+    does not read that is within a typo of one it does (``HAI_DATABSE_URL``, ``hai_workers``), and
+    a ``HAI_CONFIG_FILE`` key within a typo of a dashboard setting. One line each, naming the
+    field and the setting it resembles; the commands print them as warnings before they act."""
+    found = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if name in VARIABLES or not upper.startswith("HAI_"):
+            continue
+        guess = upper if upper in VARIABLES else _closest(upper, VARIABLES)
+        if guess:
+            found.append(f"{name} is not a setting and is ignored: did you mean {guess}?")
+    for key in sorted(file or {}):
+        if key in FILE_KEYS or key in ENVIRONMENT_ONLY:
+            continue
+        guess = _closest(key.upper(), (*FILE_KEYS, *ENVIRONMENT_ONLY))
+        if guess in ENVIRONMENT_ONLY:
+            found.append(f"HAI_CONFIG_FILE.{key} is not a setting and is ignored: did you mean HAI_{guess} "
+                         "(read from the environment only)?")
+        elif guess:
+            found.append(f"HAI_CONFIG_FILE.{key} is not a setting and is ignored: did you mean {guess}?")
+    return found
+
+
+def _closest(name: str, known: Any) -> str | None:
+    matches = difflib.get_close_matches(name, sorted(known), n=1, cutoff=TYPO_CUTOFF)
+    return matches[0] if matches else None
 
 
 def check_admin_password(value: Any, field: str = "HAI_ADMIN_PASSWORD") -> str:

@@ -171,3 +171,48 @@ def test_the_api_rate_limit_reaches_the_dashboard_config() -> None:
     base = {"HAI_DATABASE_URL": "sqlite:///x.db"}
     assert read_settings(environ=base).dashboard_config()["API_RATE_LIMIT"] == 600
     assert read_settings(environ={**base, "HAI_API_RATE_LIMIT": "30"}).dashboard_config()["API_RATE_LIMIT"] == 30
+
+
+def test_a_misspelt_setting_is_named_with_the_one_it_resembles(tmp_path: Path) -> None:
+    from scheduler_core.settings import likely_typos
+
+    typos = likely_typos({"HAI_DATABSE_URL": "postgresql://h/db", "hai_workers": "3", "HAI_ADMIN_PASS": "x",
+                          "HAI_NODE_GROUP": "billing"})
+    assert typos == ["HAI_ADMIN_PASS is not a setting and is ignored: did you mean HAI_ADMIN_PASSWORD?",
+                     "HAI_DATABSE_URL is not a setting and is ignored: did you mean HAI_DATABASE_URL?",
+                     "HAI_NODE_GROUP is not a setting and is ignored: did you mean HAI_NODE_GROUPS?",
+                     "hai_workers is not a setting and is ignored: did you mean HAI_WORKERS?"]
+    # the settings themselves, the application's own HAI_ variables and the test suite's are not typos
+    theirs = {"HAI_TASK_NIGHTLY_HANDLER_HEADERS_AUTHORIZATION": "x", "HAI_TEST_REQUIRE": "mysql",
+              "HAI_TEST_WORKERS": "2", "HAI_TOKEN": "t", "HAI_SMS_TOKEN": "s", "HAI_SMTP_PASSWORD": "p",
+              "PATH": "/bin"}
+    assert likely_typos({**theirs, **{name: "1" for name in _readme_variables()}}) == []
+    file = {"ADMIN_PASWORD": "long enough", "REACH_CONFG": "x", "WORKER": 3, "PERMANENT_SESSION_LIFETIME": 60,
+            "REACH": {}}
+    assert likely_typos({}, file) == [
+        "HAI_CONFIG_FILE.ADMIN_PASWORD is not a setting and is ignored: did you mean ADMIN_PASSWORD?",
+        "HAI_CONFIG_FILE.REACH_CONFG is not a setting and is ignored: did you mean REACH_CONFIG?",
+        "HAI_CONFIG_FILE.WORKER is not a setting and is ignored: did you mean HAI_WORKERS "
+        "(read from the environment only)?"]
+
+
+def _readme_variables() -> set[str]:
+    """Every HAI_ variable the README's configuration table names (the list likely_typos knows must
+    hold them all, or setting one would be called a typo of another)."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("| `HAI_"))
+    names = set(re.findall(r"`(HAI_[A-Z0-9_]+)`", table))
+    for row in re.findall(r"`(HAI_[A-Z0-9_]+)`((?:, `_[A-Z]+`)+)", table):  # HAI_X_CA, `_CERT` ... shorthand
+        stem = row[0].rsplit("_", 1)[0]
+        names |= {stem + suffix for suffix in re.findall(r"`(_[A-Z]+)`", row[1])}
+    assert len(names) > 20, names
+    return names
+
+
+def test_every_variable_the_readme_names_is_known() -> None:
+    from scheduler_core.settings import VARIABLES
+
+    assert _readme_variables() - VARIABLES == set()

@@ -149,6 +149,24 @@ def test_db_status_never_creates_a_database(tmp_path: Path) -> None:
     assert status.returncode == 0 and json.loads(status.stdout)["schema"]["up_to_date"] is True, status.stderr
 
 
+def test_a_misspelt_setting_is_named_before_the_command_acts(tmp_path: Path) -> None:
+    """The command still does what it did (the name is ignored), but says which name it ignored
+    and what it resembles, first: here it is why production refuses the default SQLite."""
+    warning = "warning: HAI_DATABSE_URL is not a setting and is ignored: did you mean HAI_DATABASE_URL?\n"
+    done = _run(["db", "status"], tmp_path, HAI_DATABSE_URL="postgresql://postgres@127.0.0.1/test")
+    assert (done.returncode, done.stderr) == (4, warning), (done.stdout, done.stderr)
+    refused = _run(["db", "status"], tmp_path, HAI_DATABSE_URL="postgresql://postgres@127.0.0.1/test",
+                   HAI_ENV="production")
+    assert refused.returncode == 1 and refused.stderr.startswith(warning), refused.stderr
+    assert refused.stderr.splitlines()[1].startswith("error: hai:reldb:012 HAI_DATABASE_URL: "), refused.stderr
+    file = tmp_path / "dashboard.json"
+    file.write_text(json.dumps({"ADMIN_PASWORD": "long enough"}))
+    typo = _run(["db", "status"], tmp_path, HAI_CONFIG_FILE=str(file))
+    assert typo.stderr == ("warning: HAI_CONFIG_FILE.ADMIN_PASWORD is not a setting and is ignored: "
+                           "did you mean ADMIN_PASSWORD?\n"), typo.stderr
+    assert not (tmp_path / "scheduler.db").exists()
+
+
 def _user(url: str, name: str) -> tuple[str, str]:
     engine = create_engine(url)
     try:
