@@ -15,7 +15,7 @@ import difflib
 import ipaddress
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -127,22 +127,28 @@ def likely_typos(environ: Mapping[str, str], file: Mapping[str, Any] | None = No
             continue
         guess = upper if upper in VARIABLES else _closest(upper, VARIABLES)
         if guess:
-            found.append(f"{name} is not a setting and is ignored: did you mean {guess}?")
+            found.append(f"{_named(name)} is not a setting and is ignored: did you mean {guess}?")
     for key in sorted(file or {}):
         if key in FILE_KEYS or key in ENVIRONMENT_ONLY:
             continue
         guess = _closest(key.upper(), (*FILE_KEYS, *ENVIRONMENT_ONLY))
         if guess in ENVIRONMENT_ONLY:
-            found.append(f"HAI_CONFIG_FILE.{key} is not a setting and is ignored: did you mean HAI_{guess} "
+            found.append(f"HAI_CONFIG_FILE.{_named(key)} is not a setting and is ignored: did you mean HAI_{guess} "
                          "(read from the environment only)?")
         elif guess:
-            found.append(f"HAI_CONFIG_FILE.{key} is not a setting and is ignored: did you mean {guess}?")
+            found.append(f"HAI_CONFIG_FILE.{_named(key)} is not a setting and is ignored: did you mean {guess}?")
     return found
 
 
-def _closest(name: str, known: Any) -> str | None:
+def _closest(name: str, known: Iterable[str]) -> str | None:
     matches = difflib.get_close_matches(name, sorted(known), n=1, cutoff=TYPO_CUTOFF)
     return matches[0] if matches else None
+
+
+def _named(name: str) -> str:
+    """A name as a warning shows it: quoted when a space, a control character or its length would
+    hide what is wrong with it (``'HAI_WORKERS '``)."""
+    return name if name.isidentifier() and len(name) <= 80 else shown(name)
 
 
 def check_admin_password(value: Any, field: str = "HAI_ADMIN_PASSWORD") -> str:

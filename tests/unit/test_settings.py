@@ -177,11 +177,14 @@ def test_a_misspelt_setting_is_named_with_the_one_it_resembles(tmp_path: Path) -
     from scheduler_core.settings import likely_typos
 
     typos = likely_typos({"HAI_DATABSE_URL": "postgresql://h/db", "hai_workers": "3", "HAI_ADMIN_PASS": "x",
-                          "HAI_NODE_GROUP": "billing"})
+                          "HAI_NODE_GROUP": "billing", "HAI_THREADS ": "8", "HAI_BIND\t": "x"})
     assert typos == ["HAI_ADMIN_PASS is not a setting and is ignored: did you mean HAI_ADMIN_PASSWORD?",
+                     "'HAI_BIND\\t' is not a setting and is ignored: did you mean HAI_BIND?",
                      "HAI_DATABSE_URL is not a setting and is ignored: did you mean HAI_DATABASE_URL?",
                      "HAI_NODE_GROUP is not a setting and is ignored: did you mean HAI_NODE_GROUPS?",
+                     "'HAI_THREADS ' is not a setting and is ignored: did you mean HAI_THREADS?",
                      "hai_workers is not a setting and is ignored: did you mean HAI_WORKERS?"]
+    assert likely_typos({"HAI_" + "X" * 100_000: "huge"}) == []  # nothing like a setting, and quick
     # the settings themselves, the application's own HAI_ variables and the test suite's are not typos
     theirs = {"HAI_TASK_NIGHTLY_HANDLER_HEADERS_AUTHORIZATION": "x", "HAI_TEST_REQUIRE": "mysql",
               "HAI_TEST_WORKERS": "2", "HAI_TOKEN": "t", "HAI_SMS_TOKEN": "s", "HAI_SMTP_PASSWORD": "p",
