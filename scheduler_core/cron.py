@@ -157,7 +157,8 @@ def _schedule(expr: str) -> _Schedule:
         schedule.next_wall(int(_PROBE_WALL_S) * 1000)
     except CroniterError as exc:
         raise InvalidCronError(
-            f"cron: {_show(expr)} is not a valid expression: {_croniter_reason(exc)}", cron=expr
+            f"cron: {_show(expr)} is not a valid expression: {_field_reason(fields) or _croniter_reason(exc)}",
+            cron=expr,
         ) from exc
     return schedule
 
@@ -192,6 +193,30 @@ def _refuse_oversized_steps(expr: str, fields: list[str]) -> None:
             if match and (len(match.group(1)) > 3 or not 1 <= int(match.group(1)) <= count):
                 raise InvalidCronError(f"cron: {_show(expr)}: the {name} step /{match.group(1)[:8]} must be between 1 "
                                        f"and {count}", cron=expr)
+
+
+# What each field takes, for a message that names the field instead of quoting croniter's
+# "[*/5 * * * mno] is not acceptable".
+_FIELD_TAKES = (
+    "0-59",
+    "0-23",
+    "1-31, L (the last day) or ?",
+    "1-12 or JAN-DEC",
+    "0-6 or SUN-SAT (7 is Sunday too), 5#2 (the second Friday) or ?",
+)
+
+
+def _field_reason(fields: list[str]) -> str | None:
+    """Which field croniter refused and what it takes: each field alone among ``*`` (so a
+    day/month pair that never occurs, ``30 2``, is left to croniter's own message)."""
+    for index, (field, (name, _count), takes) in enumerate(zip(fields, _FIELD_VALUES, _FIELD_TAKES, strict=True)):
+        probe = ["*"] * 5
+        probe[index] = _single_value_ranges(field)
+        try:
+            croniter.expand(" ".join(probe))
+        except CroniterError:
+            return f"the {name} field (field {index + 1}) {_show(field)} is not acceptable: {name} takes {takes}"
+    return None
 
 
 _ONE_VALUE_RANGE = re.compile(r"^([0-9A-Za-z]+)-([0-9A-Za-z]+)(?:/[0-9]+)?$")
