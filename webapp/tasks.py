@@ -29,10 +29,10 @@ from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
 from webapp.audit import record_action
 from webapp.auth import require_role
-from webapp.forms import posted_version, whole_number
+from webapp.forms import posted_version
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
-from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm, cron_error
+from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm, cron_error, pause_end
 
 bp = Blueprint("tasks", __name__, url_prefix="/tasks")
 PAGE = 50
@@ -341,24 +341,22 @@ def pause(task_id: str) -> ResponseReturnValue:
     if scheduler.task_ops.state(task_id).state == "paused":  # a stale page: its form is gone, so are its errors
         flash(f"Task {task_id} is already paused; resume it first to pause it with another reason.", "info")
         return redirect(url_for("tasks.detail", task_id=task_id), 303)
-    reason = request.form.get("reason", "").strip()
-    minutes = request.form.get("minutes", "").strip()
-    typed = {"reason": reason, "minutes": minutes}
+    typed = {name: request.form.get(name, "").strip() for name in ("reason", "minutes", "until", "until_tz")}
+    reason = typed["reason"]
     if not reason:
         return _detail(task, {"reason": "Say why it is paused: the next operator reads it."}, typed), 400
-    until = None
-    if minutes:
-        count = whole_number(minutes)
-        if count is None or not 1 <= count <= 7 * 24 * 60:
-            return _detail(task, {"until_ms": "A whole number of minutes, 1 to 10080 (7 days)."}, typed), 400
-        until = scheduler.task_ops.now_ms() + count * 60_000
+    end = pause_end(typed["minutes"], typed["until"], typed["until_tz"], scheduler.task_ops.now_ms())
+    if end.errors:
+        return _detail(task, end.errors, typed), 400
+    until = end.until_ms
     try:
         paused = scheduler.pause(task_id, reason=reason, until_ms=until, by=g.user.name)
     except ConfigError as exc:
-        return _detail(task, {exc.field: exc.message.removeprefix(f"{exc.field}: ")}, typed), 400
+        field = "until" if exc.field == "until_ms" else exc.field
+        return _detail(task, {field: exc.message.removeprefix(f"{exc.field}: ")}, typed), 400
     _audit("task.pause", task_id, before={"paused": None},
            after={"paused_until": until, "paused_by": g.user.name, "revision": paused.revision}, reason=reason)
-    flash(f"Task {task_id} paused.", "success")
+    flash(f"Task {task_id} paused{' ' + end.shown if end.shown else ''}.", "success")
     return redirect(url_for("tasks.detail", task_id=task_id), 303)
 
 

@@ -11,6 +11,7 @@ think of as "how long since" (heartbeats): ``3 s ago``, the absolute time on hov
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 from flask import Flask
 from markupsafe import Markup, escape
@@ -33,6 +34,21 @@ def when(ms: int | None, empty: str = "") -> Markup:
         return Markup(escape(empty))
     text = utc_text(ms)
     return Markup('<time datetime="{}" title="{}">{}</time>').format(iso(ms), text, text)
+
+
+def wall_ms(text: str, zone: ZoneInfo) -> int:
+    """Unix ms of a date-time typed in a ``datetime-local`` input (``2026-12-07T09:00``), read as
+    the wall time in ``zone`` (the viewer's); one written with an offset keeps it. ValueError
+    (or OverflowError) when ``text`` is not a date-time."""
+    moment = datetime.fromisoformat(text.strip())
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return int(moment.timestamp() * 1000)
+
+
+def wall_text(ms: int, zone: ZoneInfo) -> str:
+    """``2026-12-07 09:00 CET``: a minute in ``zone``, named, for a message about a typed time."""
+    return datetime.fromtimestamp(ms / 1000, zone).strftime("%Y-%m-%d %H:%M %Z")
 
 
 def span(ms: int | None) -> str:
