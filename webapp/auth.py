@@ -10,7 +10,8 @@
 - Failed logins are counted in the database, per client address and per account
   (``login_verdict``; HAI_TRUSTED_PROXIES says how many proxies' X-Forwarded-For to believe).
 - Security headers on every response: a Content-Security-Policy without inline script,
-  no framing, no MIME sniffing, no referrer leaks; ``Secure`` cookies when served over HTTPS.
+  no framing, no MIME sniffing, no referrer leaks; ``Secure`` cookies when served over HTTPS;
+  ``Cache-Control: no-store`` on every signed-in page and on the sign-in page.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ PUBLIC_ENDPOINTS |= {"metrics.scrape"}  # its own token or address allow-list (w
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 MAX_NEXT = 2000  # a longer "next" is no page of this dashboard
+NO_STORE_PUBLIC = {"auth.login"}  # its CSRF token and error are for one browser, once
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -201,6 +203,8 @@ def _security_headers(response: Response) -> Response:
     response.headers.setdefault("Referrer-Policy", "same-origin")
     if is_htmx() or request.endpoint not in PUBLIC_ENDPOINTS:
         response.vary.add("HX-Request")
+        response.headers.setdefault("Cache-Control", "no-store")
+    elif request.endpoint in NO_STORE_PUBLIC:
         response.headers.setdefault("Cache-Control", "no-store")
     return response
 

@@ -11,7 +11,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
-from tests.webapp.conftest import Auth
+from tests.webapp.conftest import Auth, csrf_token
 from webapp.node import accounts_of
 
 
@@ -144,6 +144,14 @@ def test_every_password_reset_ends_the_sessions_opened_before_it(app: Flask) -> 
 def test_htmx_answers_are_never_cached_even_on_public_pages(client: FlaskClient) -> None:
     fragment = client.get("/login", headers={"HX-Request": "true"})
     assert fragment.headers["Cache-Control"] == "no-store" and "HX-Request" in fragment.headers["Vary"]
+
+
+def test_the_sign_in_page_is_never_cached(client: FlaskClient) -> None:
+    """Its CSRF token and its error are for one browser, once: no cache or back button keeps them."""
+    assert client.get("/login").headers["Cache-Control"] == "no-store"
+    refused = client.post("/login", data={"username": "admin", "password": "wrong", "csrf_token": csrf_token(client)})
+    assert refused.status_code == 401 and refused.headers["Cache-Control"] == "no-store"
+    assert "Cache-Control" not in client.get("/healthz").headers
 
 
 def test_the_users_page_is_in_the_menu_of_admins_only(app: Flask, client: FlaskClient, auth: Auth) -> None:
