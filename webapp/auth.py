@@ -12,6 +12,8 @@
 - Security headers on every response: a Content-Security-Policy without inline script,
   no framing, no MIME sniffing, no referrer leaks; ``Secure`` cookies when served over HTTPS;
   ``Cache-Control: no-store`` on every signed-in page and on the sign-in page.
+- Every state-changing request to the dashboard comes from its own pages: behind the CSRF token,
+  ``same_origin`` refuses (403) an ``Origin`` of another site and ``Sec-Fetch-Site: cross-site``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import MAX_PASSWORD, ROLES, Accounts, Logins, LoginVerdict, User
 from scheduler_core.settings import MAX_PROXIES
-from scheduler_core.validation import check_int
+from scheduler_core.validation import check_int, shown
 from webapp.htmx import is_htmx
 from webapp.node import accounts_of
 
@@ -55,6 +57,7 @@ PUBLIC_ENDPOINTS |= {"metrics.scrape"}  # its own token or address allow-list (w
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 MAX_NEXT = 2000  # a longer "next" is no page of this dashboard
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 NO_STORE_PUBLIC = {"auth.login"}  # its CSRF token and error are for one browser, once
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -190,6 +193,48 @@ def _load_user() -> ResponseReturnValue | None:
     return None
 
 
+def origin_of(url: str) -> str | None:
+    """``scheme://host[:port]`` of an http(s) address, lower case, without the scheme's default
+    port (the form browsers send in ``Origin``); None for anything else (``null``, junk)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return None
+    scheme, host = parts.scheme.lower(), parts.hostname
+    host = f"[{host}]" if ":" in host else host  # IPv6
+    return f"{scheme}://{host}" + ("" if port in (None, 80 if scheme == "http" else 443) else f":{port}")
+
+
+def own_origins() -> set[str]:
+    """The origins of this dashboard's pages: the address the request was sent to (its host,
+    and its scheme as ProxyFix took it from X-Forwarded-Proto), the same host over https (a
+    TLS-terminating proxy in front: nobody else can serve https for that host), and
+    HAI_PUBLIC_URL when set (a proxy that sends another Host)."""
+    candidates = [request.host_url, f"https://{request.host}/", current_app.config.get("PUBLIC_URL") or ""]
+    return {origin for origin in map(origin_of, candidates) if origin is not None}
+
+
+def same_origin() -> None:
+    """A second layer behind the CSRF token for every POST, PUT, PATCH and DELETE to the
+    dashboard: 403 when the browser says the request comes from another site. Requests without
+    ``Origin`` and ``Sec-Fetch-Site`` (old browsers, curl) rely on the token alone; the JSON API
+    signs in by bearer token only, so no browser can forge one of its calls."""
+    if request.method not in UNSAFE_METHODS or request.path.startswith("/api/"):
+        return
+    if request.headers.get("Sec-Fetch-Site", "").strip().lower() == "cross-site":
+        abort(403, "Refused: the browser says this request was sent from another site (Sec-Fetch-Site: "
+                   "cross-site). Nothing was changed; use the dashboard's own pages.")
+    origin = request.headers.get("Origin")
+    own = own_origins()
+    if origin is not None and origin_of(origin) not in own:
+        abort(403, f"Refused: this request was sent from {shown(origin)}, not from this dashboard "
+                   f"({', '.join(sorted(own))}). Nothing was changed. Behind a proxy that changes the address, "
+                   "set HAI_PUBLIC_URL to the address people open.")
+
+
 def own_session(name: str) -> str | None:
     """The current session's token when ``name`` is the signed-in user (a change they make to
     their own account keeps the session that made it; their other sessions end)."""
@@ -249,6 +294,7 @@ def install(app: Flask) -> None:
     proxies = check_int(app.config.get("TRUSTED_PROXIES", 0), "HAI_TRUSTED_PROXIES", 0, MAX_PROXIES)
     if proxies:  # believe X-Forwarded-For as far as that many proxies of ours appended to it
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies)  # type: ignore[method-assign]
+    app.before_request(same_origin)  # before the sign-in check: a forged request gets no login redirect either
     app.before_request(_load_user)
     app.after_request(_security_headers)
     app.context_processor(_template_globals)
