@@ -190,6 +190,19 @@ scheduler_meta = Table(
     **MYSQL_TABLE_OPTIONS,
 )
 
+# Monotonic totals behind the /metrics counters (migration 0013): ``value`` only grows, added to in
+# the transaction that makes the transition it counts (store/totals.py); nothing deletes a row.
+metric_totals = Table(
+    "metric_totals",
+    metadata,
+    Column("metric", String(32), primary_key=True),  # executions, takeovers, missed, deliveries, lateness, task
+    Column("scope", String(ID_LENGTH), primary_key=True),  # the task id (deliveries: the provider)
+    Column("label", String(64), primary_key=True),  # status, outcome, lateness bucket bound, or ""
+    Column("value", BigInteger, nullable=False),
+    _ms("created_at"),  # first written: the stable order that picks the tasks with their own series
+    **MYSQL_TABLE_OPTIONS,
+)
+
 # --- notifications (reach) -------------------------------------------------------------
 
 # Templates stored in the database (templates from configuration live in memory).
