@@ -97,8 +97,10 @@ def new() -> ResponseReturnValue:
 @require_role("admin")
 def create() -> ResponseReturnValue:
     form = request.form
-    values = {"name": form.get("name", "").strip(), "role": form.get("role", "")}  # passwords are never sent back
-    errors = _create_errors(values, form.get("password", ""), form.get("confirm", ""))
+    # A refused form shows everything again as typed, the passwords too (the answer is never cached).
+    values = {"name": form.get("name", "").strip(), "role": form.get("role", ""), "password": form.get("password", ""),
+              "confirm": form.get("confirm", "")}
+    errors = _create_errors(values, values["password"], values["confirm"])
     if errors:
         return _new_form(values, errors, 400)
     try:
@@ -128,9 +130,10 @@ def _create_errors(values: dict[str, str], password: str, confirm: str) -> dict[
 # --- one user: role, disable / enable, password ------------------------------------------------
 
 
-def _manage(user: User, errors: dict[str, str] | None = None, status: int = 200) -> ResponseReturnValue:
+def _manage(user: User, errors: dict[str, str] | None = None, status: int = 200,
+            password_typed: dict[str, str] | None = None) -> ResponseReturnValue:
     return _form_page("users/manage.html", status, account=user, errors=errors or {}, roles=ROLES,
-                      min_password=MIN_PASSWORD)
+                      min_password=MIN_PASSWORD, password_typed=password_typed or {})
 
 
 def _conflict(name: str) -> ResponseReturnValue:
@@ -203,12 +206,13 @@ def reset_password(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
     expected = posted_version()
     password, confirm = request.form.get("password", ""), request.form.get("confirm", "")
+    typed = {"password": password, "confirm": confirm}  # a refused form shows both again, as typed
     try:
         check_new_password(password, confirm)
     except ConfigError as exc:
-        return _manage(user, {exc.field: _message(exc)}, 400)
+        return _manage(user, {exc.field: _message(exc)}, 400, typed)
     if expected is None:
-        return _manage(user, {"password": MISSING_VERSION}, 400)
+        return _manage(user, {"password": MISSING_VERSION}, 400, typed)
     try:
         _accounts().reset_password(name, generate_password_hash(password), expected, keep_session=own_session(name))
     except ConflictError:

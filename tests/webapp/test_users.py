@@ -61,6 +61,12 @@ def _field_error(page: str, element_id: str) -> str:
     return html.unescape(match.group(1)) if match else ""
 
 
+def _value(page: str, element_id: str) -> str | None:
+    """The value a field of ``page`` is shown with (None: no value attribute)."""
+    match = re.search(rf'<input id="{element_id}"[^>]*\svalue="([^"]*)"', page)
+    return match.group(1) if match else None
+
+
 def _flashes(client: FlaskClient, path: str) -> str:
     return _text(client.get(path))
 
@@ -219,7 +225,8 @@ def test_create_field_errors_store_nothing(app: Flask, client: FlaskClient, auth
     assert response.status_code == 400
     assert message in _field_error(page, element), page
     assert "Nothing was saved" in page
-    assert data["password"] not in page and data["confirm"] not in page  # typed passwords are never sent back
+    # Shown again as typed, the passwords too (README: "a secret just entered included").
+    assert (_value(page, "new-password"), _value(page, "new-confirm")) == (data["password"], data["confirm"])
     assert _state(app) == before and _audit(app) == []
 
 
@@ -231,7 +238,7 @@ def test_create_errors_for_htmx_are_swappable(app: Flask, client: FlaskClient, a
     assert response.status_code == 200 and response.headers["HX-Push-Url"] == "false"
     assert "letters, digits" in _field_error(_text(response), "new-name")
     assert _accounts(app).get("bad name") is None
-    assert 'hx-boost="true"' in _text(client.get("/users/new"))
+    assert "hx-boost" not in _text(client.get("/users/new"))  # a plain form: see test_reset_password.py
 
 
 # --- role -----------------------------------------------------------------------------------------
@@ -421,7 +428,7 @@ def test_bad_password_reset_stores_nothing(app: Flask, client: FlaskClient, auth
     response = _post(client, "/users/password/member", **{"expected_updated_at": member.updated_at, **form})
     page = _text(response)
     assert response.status_code == 400 and message in _field_error(page, element)
-    assert form["password"] not in page
+    assert (_value(page, "user-password"), _value(page, "user-confirm")) == (form["password"], form["confirm"])
     assert _user(app, "member") == member and _audit(app) == []
 
 
