@@ -1,0 +1,142 @@
+"""Monotonic totals behind the ``/metrics`` counters (table ``metric_totals``, migration 0013).
+
+A writer gathers what its transaction changes in a ``Tally`` and calls ``Tally.write(conn)``
+inside that same transaction: a rolled-back transition counts nothing, a committed one counts
+once. ``write`` is ONE upsert statement for the whole tally (``value = value + n``), its rows in
+key order so that concurrent writers lock them alike (no InnoDB deadlock between two batches).
+Rows are per task (deliveries: per provider), never one global row every node would queue on.
+Nothing deletes a row: journal retention and task deletion leave the totals as they are.
+
+What is counted, by ``metric`` (``scope``, ``label``):
+
+- ``executions`` (task, status): each transition of a journal row into a terminal status or
+  ``unknown`` -- an operator's verdict on an unknown execution counts again, under its status;
+- ``takeovers`` (task, ""): each takeover of an expired lease (a new ownership generation);
+- ``missed`` (task, ""): missed cron minutes (a summary row counts the minutes it stands for);
+- ``deliveries`` (provider, outcome): each notification that ended sent, dead or unknown, and
+  each verdict on an unknown one (sent, discarded);
+- ``lateness`` (task, bucket): cron occurrences by fire lateness -- the first attempt's start
+  minus the scheduled minute -- in the first bucket of ``LATENESS_BUCKETS_MS`` that holds it
+  (``+Inf`` beyond), not cumulative; label ``sum`` adds the milliseconds;
+- ``task`` (task, ""): written with a task's first count and never changed after, so its
+  ``created_at`` is the stable order that picks the tasks with their own series (``value``:
+  the transitions counted for the task).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.dml import Insert
+
+from scheduler_core.db.clock import db_statement_now_ms, to_ms
+from scheduler_core.db.engine import dialect_kind
+from scheduler_core.db.tables import metric_totals
+
+EXECUTIONS = "executions"
+TAKEOVERS = "takeovers"
+MISSED = "missed"
+DELIVERIES = "deliveries"
+LATENESS = "lateness"
+TASK = "task"
+LATENESS_BUCKETS_MS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000)
+LATENESS_SUM = "sum"
+INF = "+Inf"
+ENDED_DELIVERIES = frozenset({"sent", "dead", "unknown", "discarded"})
+
+Key = tuple[str, str, str]  # (metric, scope, label)
+
+
+def lateness_bucket(late_ms: int) -> str:
+    """The label of the first bucket whose upper bound holds ``late_ms`` (``+Inf`` beyond the last)."""
+    return next((str(bound) for bound in LATENESS_BUCKETS_MS if late_ms <= bound), INF)
+
+
+class Tally:
+    """The increments of one transaction, written by ``write`` as one statement."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[Key] = Counter()
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def _task(self, metric: str, task_id: str, label: str, n: int) -> Tally:
+        if n > 0:
+            self.counts[(metric, task_id, label)] += n
+            self.counts[(TASK, task_id, "")] += n
+        return self
+
+    def execution(self, task_id: str, status: str, n: int = 1) -> Tally:
+        return self._task(EXECUTIONS, task_id, str(status), n)
+
+    def executions(self, pairs: Iterable[tuple[str, str]]) -> Tally:
+        """One ``execution`` per (task, status) pair."""
+        for task_id, status in pairs:
+            self.execution(task_id, status)
+        return self
+
+    def takeover(self, task_id: str) -> Tally:
+        return self._task(TAKEOVERS, task_id, "", 1)
+
+    def missed(self, task_id: str, minutes: int) -> Tally:
+        return self._task(MISSED, task_id, "", minutes)
+
+    def lateness(self, task_id: str, late_ms: int) -> Tally:
+        """One cron occurrence's fire lateness; a negative one (a start read before the minute's
+        boundary) counts as 0, so that the histogram's sum only grows."""
+        late_ms = max(0, late_ms)
+        self._task(LATENESS, task_id, lateness_bucket(late_ms), 1)
+        if late_ms:
+            self.counts[(LATENESS, task_id, LATENESS_SUM)] += late_ms
+        return self
+
+    def delivery(self, provider: str, outcome: str) -> Tally:
+        if outcome in ENDED_DELIVERIES:
+            self.counts[(DELIVERIES, provider, str(outcome))] += 1
+        return self
+
+    def write(self, conn: Connection) -> None:
+        """Add the tally to ``metric_totals`` in ``conn``'s transaction: one upsert statement (none
+        when empty). New rows take ``created_at`` = the statement's DB time; existing rows change
+        ``value`` only."""
+        if not self.counts:
+            return
+        now = db_statement_now_ms()
+        rows = [{"metric": m, "scope": s, "label": lb, "value": n, "created_at": now}
+                for (m, s, lb), n in sorted(self.counts.items())]
+        conn.execute(_upsert(conn, rows))
+
+
+def _upsert(conn: Connection, rows: Sequence[dict[str, object]]) -> Insert:
+    kind = dialect_kind(conn)
+    value = metric_totals.c.value
+    if kind == "mysql":
+        my = mysql.insert(metric_totals).values(list(rows))
+        return my.on_duplicate_key_update(value=value + my.inserted.value)
+    keys = list(metric_totals.primary_key.columns)
+    if kind == "postgresql":
+        pg = postgresql.insert(metric_totals).values(list(rows))
+        return pg.on_conflict_do_update(index_elements=keys, set_={"value": value + pg.excluded.value})
+    lite = sqlite.insert(metric_totals).values(list(rows))
+    return lite.on_conflict_do_update(index_elements=keys, set_={"value": value + lite.excluded.value})
+
+
+def read_totals(conn: Connection) -> list[tuple[str, str, str, int, int]]:
+    """Every total: (metric, scope, label, value, created_at)."""
+    t = metric_totals.c
+    return [(str(r[0]), str(r[1]), str(r[2]), int(r[3]), to_ms(r[4], "created_at"))
+            for r in conn.execute(select(t.metric, t.scope, t.label, t.value, t.created_at))]
+
+
+def lock_tasks(conn: Connection, task_ids: Iterable[str]) -> None:
+    """Lock the ``task`` rows of ``task_ids`` until this transaction ends (made if missing, their
+    values unchanged): writers that must not count the same thing twice queue here, in key order."""
+    now = db_statement_now_ms()
+    rows = [{"metric": TASK, "scope": t, "label": "", "value": 0, "created_at": now} for t in sorted(set(task_ids))]
+    if rows:
+        conn.execute(_upsert(conn, rows))
