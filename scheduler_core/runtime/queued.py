@@ -54,6 +54,6 @@ class QueuedClaims:
         for execution in waited:
             task = self.planner.task(execution.task_id)
             if task is None:
-                self.ctx.handoff.settle_queued(execution.occurrence_id, ExecutionStatus.INTERRUPTED, "deleted")
+                self.ctx.handoff.settle_queued(execution, ExecutionStatus.INTERRUPTED, "deleted")
             elif not self.ctx.capable_node_alive(task):
-                self.ctx.handoff.settle_queued(execution.occurrence_id, ExecutionStatus.MISSED, "no_capable_node")
+                self.ctx.handoff.settle_queued(execution, ExecutionStatus.MISSED, "no_capable_node")

@@ -113,7 +113,8 @@ class Runner:
         attempt = Attempt(log_id=str(uuid.uuid4()), attempt=number, sequence=self.owned.execution.sequence,
                           node_id=self.ctx.node_id, started_at=self.ctx.clock.now_ms())
         self.owned.attempts.append(attempt)
-        request = BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts))
+        request = BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts),
+                               self.owned.execution)
         if self.ctx.writes.begins.submit(request).result():
             return True
         self.owned.attempts.pop()

@@ -23,6 +23,7 @@ from scheduler_core.model import Attempt, Execution
 from scheduler_core.statuses import ExecutionStatus, Trigger
 from scheduler_core.store.dialect import Batch, StatementCache, greatest, insert_ignore_many, run
 from scheduler_core.store.logs import project_logs
+from scheduler_core.store.totals import Tally
 from scheduler_core.store.transactions import is_retryable, one_row, read, write
 
 # MySQL: pauses before a free slot that another transaction has locked is tried again (ExecutionRepository._lock_slots)
@@ -60,6 +61,15 @@ class BeginRequest:
     occurrence_id: str
     token: str
     attempts: Sequence[Attempt]
+    execution: Execution | None = None  # given: a cron occurrence's first attempt counts its fire lateness
+
+    def lateness(self) -> tuple[str, int] | None:
+        """The fire lateness this begin makes known, with its task: the first attempt of the first
+        owner of a cron occurrence, its start minus the scheduled minute (None otherwise)."""
+        e, last = self.execution, self.attempts[-1] if self.attempts else None
+        if e is None or last is None or e.trigger != Trigger.CRON or e.scheduled_minute is None:
+            return None
+        return (e.task_id, last.started_at - e.scheduled_minute) if (last.attempt, last.sequence) == (1, 1) else None
 
 
 @dataclass(frozen=True)
@@ -248,6 +258,7 @@ class ExecutionRepository:
         if skipped:
             conn.execute(update(executions).where(executions.c.occurrence_id.in_(skipped))
                          .values(status="skipped", reason="slot_busy", lease_until=None, updated_at=db_now_ms()))
+            Tally().executions((r.task_id, "skipped") for r in won if r.occurrence_id not in seated).write(conn)
         outcomes = {r.occurrence_id: "claimed" for r in won}
         outcomes.update({occurrence_id: "skipped" for occurrence_id in skipped})
         for r in requests:
@@ -430,7 +441,13 @@ class ExecutionRepository:
             self._owned_batch(batch)).values(
             attempt=batch.value("attempt"), attempts=batch.value("attempts"),
             lease_until=db_now_ms() + self.lease_ms, updated_at=self._touch(conn))))
-        return self._changed(conn, statement, batch, ids, before)
+        begun = self._changed(conn, statement, batch, ids, before)
+        tally = Tally()
+        for late in (r.lateness() for r in requests if r.occurrence_id in begun):
+            if late is not None:
+                tally.lateness(*late)
+        tally.write(conn)
+        return begun
 
     def renew(self, tokens: Sequence[str]) -> set[str]:
         """Extend the leases of our running executions; returns the tokens that are LOST.
@@ -514,6 +531,7 @@ class ExecutionRepository:
             attempt=batch.value("attempt"), log_persistence=batch.value("log_persistence"),
             lease_until=None, next_attempt_at=None, updated_at=self._touch(conn))))
         won = self._changed(conn, statement, batch, ids, before)
+        Tally().executions((r.execution.task_id, r.status) for r in requests if r.occurrence_id in won).write(conn)
         released = [r for r in requests if r.occurrence_id in won and r.release_slot]
         if released:  # an occurrence belongs to one task: (task, occurrence) pairs need no CASE
             freed = (Batch(conn).listed("task_ids", sorted({r.execution.task_id for r in released}))
@@ -596,6 +614,7 @@ class ExecutionRepository:
                 conn.execute(update(slots).where(slots.c.task_id == execution.task_id,
                                                  slots.c.occurrence_id == execution.occurrence_id)
                              .values(execution_token=new_token, updated_at=db_now_ms()))
+                Tally().takeover(execution.task_id).write(conn)
             return changed == 1
 
         return write(self.engine, work)
@@ -615,6 +634,8 @@ class ExecutionRepository:
             ).rowcount
             if changed == 1 and release_slot:
                 self._release_slot(conn, execution.task_id, execution.occurrence_id)
+            if changed == 1:
+                Tally().execution(execution.task_id, status).write(conn)
             return changed == 1
 
         return write(self.engine, work)
@@ -672,6 +693,7 @@ class ExecutionRepository:
             ).rowcount
             if changed == 1:
                 self._release_slot(conn, execution.task_id, execution.occurrence_id)
+                Tally().execution(execution.task_id, status).write(conn)
             return changed == 1
 
         return write(self.engine, work)

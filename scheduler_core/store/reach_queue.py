@@ -22,6 +22,7 @@ from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import DatabaseError
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.reach_queue_pages import QueueEntry, QueuePages, entry_from_row
+from scheduler_core.store.totals import Tally
 from scheduler_core.store.transactions import one_row, read, write
 
 OWNED_STATUSES = ("processing", "sending")
@@ -154,7 +155,8 @@ class QueueRepository(QueuePages):
                     reach_queue.c.status.in_(statuses), reach_queue.c.locked_until > db_now_ms())
 
     def _owner_write(self, ids: builtins.list[str], token: str, statuses: tuple[str, ...],
-                     values: Callable[[Connection], dict[str, Any]], bind: Connection | None = None) -> set[str]:
+                     values: Callable[[Connection], dict[str, Any]], bind: Connection | None = None,
+                     tally: Callable[[dict[str, str]], Tally] | None = None) -> set[str]:
         """An owner's lease-checked UPDATE of ``ids`` in one transaction; the ids it changed.
 
         The rows are locked first (servers; in queue-id order, so concurrent lockers queue
@@ -162,29 +164,39 @@ class QueueRepository(QueuePages):
         deadline that passed during the wait go unnoticed (see ExecutionRepository._lock_rows).
         The changed ids come from RETURNING; on MySQL from the row count, or when some rows did
         not match, from ``updated_at`` read under the lock before and after (only our write
-        can change a row we hold locked)."""
+        can change a row we hold locked). ``tally``: what the changed rows (id -> provider) count,
+        written in the same transaction (store/totals.py)."""
         if not ids:
             return set()
         ordered = sorted(set(ids))
 
         def work(conn: Connection) -> set[str]:
-            kind = dialect_kind(conn)
-            before: dict[str, Any] = {}
-            if kind != "sqlite":
-                before = {row[0]: row[1] for row in conn.execute(
-                    select(reach_queue.c.queue_id, reach_queue.c.updated_at)
-                    .where(reach_queue.c.queue_id.in_(ordered)).order_by(reach_queue.c.queue_id).with_for_update())}
-            statement = update(reach_queue).where(self._owned_by(ordered, token, statuses)).values(**values(conn))
-            if kind != "mysql":
-                return set(conn.execute(statement.returning(reach_queue.c.queue_id)).scalars())
-            matched = conn.execute(statement).rowcount
-            if matched in (0, len(ordered)):
-                return set(ordered) if matched else set()
-            after = {row[0]: row[1] for row in conn.execute(
-                select(reach_queue.c.queue_id, reach_queue.c.updated_at).where(reach_queue.c.queue_id.in_(ordered)))}
-            return {i for i in ordered if after.get(i) != before.get(i)}
+            changed = self._owner_update(conn, ordered, token, statuses, values)
+            if tally is not None:
+                tally(changed).write(conn)
+            return set(changed)
 
         return write(bind or self.engine, work)
+
+    def _owner_update(self, conn: Connection, ordered: builtins.list[str], token: str, statuses: tuple[str, ...],
+                      values: Callable[[Connection], dict[str, Any]]) -> dict[str, str]:
+        """``_owner_write``'s statements: the changed rows' ids, each with its provider."""
+        kind = dialect_kind(conn)
+        q = reach_queue.c
+        before: dict[str, tuple[Any, str]] = {}
+        if kind != "sqlite":
+            before = {row[0]: (row[1], row[2]) for row in conn.execute(
+                select(q.queue_id, q.updated_at, q.provider)
+                .where(q.queue_id.in_(ordered)).order_by(q.queue_id).with_for_update())}
+        statement = update(reach_queue).where(self._owned_by(ordered, token, statuses)).values(**values(conn))
+        if kind != "mysql":
+            return {str(i): str(p) for i, p in conn.execute(statement.returning(q.queue_id, q.provider))}
+        matched = conn.execute(statement).rowcount
+        if matched in (0, len(ordered)):
+            return {i: before[i][1] for i in ordered if i in before} if matched else {}
+        after = {row[0]: row[1] for row in conn.execute(
+            select(q.queue_id, q.updated_at).where(q.queue_id.in_(ordered)))}
+        return {i: before[i][1] for i in ordered if i in before and after.get(i) != before[i][0]}
 
     def mark_sending_many(self, ids: builtins.list[str], token: str, conn: Connection | None = None) -> set[str]:
         """processing -> sending for a wave, written right before its provider calls (lease
@@ -228,13 +240,19 @@ class QueueRepository(QueuePages):
                 return sql(next(iter(given.values())))
             return case({i: sql(v) for i, v in given.items()}, value=key, else_=kept)
 
+        def tally(changed: dict[str, str]) -> Tally:
+            ended = Tally()
+            for queue_id, provider in sorted(changed.items()):
+                ended.delivery(provider, by_id[queue_id].status)
+            return ended
+
         return self._owner_write(list(by_id), token, OWNED_STATUSES, lambda c: {
             "status": per_row("status", reach_queue.c.status), "lock_token": None, "locked_until": None,
             "last_failure": per_row("last_failure", null()),  # None clears it
             "last_error": per_row("last_error", null()),  # None clears it
             "message_id": per_row("message_id", reach_queue.c.message_id),
             "next_attempt_at": per_row("retry_in_ms", reach_queue.c.next_attempt_at, lambda v: db_now_ms() + v),
-            "updated_at": self._touch(c)}, conn)
+            "updated_at": self._touch(c)}, conn, tally)
 
     def settle(self, queue_id: str, token: str, status: str, *, message_id: str | None = None,
                last_failure: str | None = None, retry_in_ms: int | None = None, last_error: str | None = None) -> bool:
@@ -261,9 +279,12 @@ class QueueRepository(QueuePages):
                                       "updated_at": self._touch(conn)}
             if retry_in_ms is not None:
                 values["next_attempt_at"] = db_now_ms() + retry_in_ms
-            return one_row(conn.execute(update(reach_queue).where(
+            recovered = one_row(conn.execute(update(reach_queue).where(
                 reach_queue.c.queue_id == message.entry.queue_id, reach_queue.c.lock_token == message.lock_token,
                 reach_queue.c.status == message.entry.status, reach_queue.c.locked_until < db_now_ms(),
             ).values(**values)))
+            if recovered:
+                Tally().delivery(message.entry.provider, status).write(conn)
+            return recovered
 
         return write(self.engine, work)

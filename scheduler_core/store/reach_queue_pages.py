@@ -18,6 +18,7 @@ from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.store.captured_sets import Captured, UpdatedKey
 from scheduler_core.store.dialect import greatest
+from scheduler_core.store.totals import Tally
 from scheduler_core.store.transactions import one_row, read, write
 
 _KEY = UpdatedKey(reach_queue.c.updated_at, reach_queue.c.queue_id)
@@ -101,9 +102,13 @@ class QueuePages:
             conditions.append(reach_queue.c.updated_at == expected_updated_at)
 
         def work(conn: Connection) -> bool:
-            return one_row(conn.execute(update(reach_queue).where(*conditions).values(
+            resolved = one_row(conn.execute(update(reach_queue).where(*conditions).values(
                 status=status, message_id=message_id, resolved_by=resolved_by,
                 updated_at=self._touch(conn))))
+            if resolved:  # the row is ours until the commit: its provider, for the counter
+                provider = conn.execute(select(reach_queue.c.provider).where(reach_queue.c.queue_id == queue_id))
+                Tally().delivery(str(provider.scalar_one()), status).write(conn)
+            return resolved
 
         return write(self.engine, work)
 
