@@ -3,8 +3,18 @@
 A custom collector: each scrape reads one ``MetricsSnapshot`` (store/metrics.py, one read
 transaction) and turns it into metric families. Nothing is counted in process memory, so every
 gunicorn worker (and every node) answers a scrape alike and no multiprocess directory is needed.
-Counts over time are windowed gauges (``..._last_24h``), not counters: the journal is the record,
-and a window over its index is cheap where an all-time total would scan the whole table.
+
+Counters (``..._total`` and the ``hai_fire_lateness_seconds`` histogram) come from
+``metric_totals`` (store/totals.py): totals the writers add to in the transaction that makes the
+transition, never deleted, so each only grows -- across workers, restarts and journal retention.
+The windowed gauges (``..._last_24h``, ``..._last_hour_...``) beside them read the journal.
+
+A task has its own counter series when it is among the first ``MAX_TASK_SERIES`` tasks ever
+counted (by its first count's time, then id); every later task counts under ``task="_other"``.
+That order never changes once a task is counted, and counted tasks are never forgotten: a task
+outside the first 100 stays outside, so ``_other`` only ever gains members, and a task inside
+keeps its series (after it is deleted too). Choosing the busiest tasks instead would move a task
+out of ``_other`` when it became busy, and ``_other`` would go down.
 """
 
 from __future__ import annotations
@@ -13,12 +23,23 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import SchedulerError
 from scheduler_core.store.metrics import MetricsRepository, MetricsSnapshot
+from scheduler_core.store.totals import (
+    DELIVERIES,
+    EXECUTIONS,
+    INF,
+    LATENESS,
+    LATENESS_BUCKETS_MS,
+    LATENESS_SUM,
+    MISSED,
+    TAKEOVERS,
+    TASK,
+)
 
 MAX_TASK_SERIES = 100  # tasks with their own series; the rest share task="_other"
 OTHER_TASKS = "_other"
@@ -33,11 +54,20 @@ _TASK_GAUGES = (
     ("hai_log_writes_pending", "Executions whose attempt logs are journaled but not yet written (repairable).",
      "log_writes_pending"),
 )
+_TASK_COUNTERS: tuple[tuple[str, str, str, str | None], ...] = (  # metric, family (no _total), help, label
+    (EXECUTIONS, "hai_executions", "Executions that reached a terminal status or unknown, by task and status "
+     "(an operator's verdict on an unknown one counts again under its status).", "status"),
+    (TAKEOVERS, "hai_lease_takeovers", "Ownership takeovers (a lease lost, another node went on), by task.", None),
+    (MISSED, "hai_missed_occurrences", "Occurrences journaled missed (no node ran them), by task.", None),
+)
+# Counter families by name; their samples end in _total (the text parsers name a family without it).
+COUNTER_NAMES = (*(name for _, name, _, _ in _TASK_COUNTERS), "hai_notification_deliveries",
+                 "hai_fire_lateness_seconds")
 METRIC_NAMES = (
     "hai_database_up", "hai_executions_last_24h", "hai_lease_takeovers_last_24h", "hai_executions_open",
     *(name for name, _, _ in _TASK_GAUGES), "hai_notification_queue", "hai_notification_dead_letters",
     "hai_notification_deliveries_last_24h", "hai_node_heartbeat_age_seconds", "hai_node_tick_duration_seconds",
-    "hai_fire_lateness_seconds",
+    "hai_fire_lateness_last_hour_occurrences", *COUNTER_NAMES,
 )
 
 
@@ -102,12 +132,57 @@ def _nodes(snapshot: MetricsSnapshot) -> Iterator[Metric]:
     yield tick
 
 
-def _lateness(snapshot: MetricsSnapshot) -> Metric:
+def _lateness_window(snapshot: MetricsSnapshot) -> Metric:
     late = snapshot.lateness
-    buckets = [(str(bound / 1000), count) for bound, count in late.buckets] + [("+Inf", late.count)]
+    window = GaugeMetricFamily("hai_fire_lateness_last_hour_occurrences", "Cron occurrences of the last hour "
+                               "whose first attempt started within this many seconds of the scheduled minute.",
+                               labels=["within_seconds"])
+    for bound, count in late.buckets:
+        window.add_metric([str(bound / 1000)], count)
+    window.add_metric([INF], late.count)
+    return window
+
+
+def _kept_tasks(snapshot: MetricsSnapshot) -> set[str]:
+    """The tasks with their own counter series: the first ``MAX_TASK_SERIES`` counted, by their
+    first count's time, then id (see the module docstring: why not the busiest)."""
+    first = sorted((created_at, scope) for metric, scope, _, _, created_at in snapshot.totals if metric == TASK)
+    return {task for _, task in first[:MAX_TASK_SERIES]}
+
+
+def _counters(snapshot: MetricsSnapshot) -> Iterator[Metric]:
+    kept = _kept_tasks(snapshot)
+    series: dict[str, dict[tuple[str, ...], int]] = defaultdict(lambda: defaultdict(int))
+    for metric, scope, label, value, _ in snapshot.totals:
+        task = scope if scope in kept or metric == DELIVERIES else OTHER_TASKS  # deliveries: scope is the provider
+        series[metric][(task, label)] += value
+    for metric, name, documentation, label_name in _TASK_COUNTERS:
+        family = CounterMetricFamily(name, documentation, labels=["task", label_name] if label_name else ["task"])
+        for (task, label), value in sorted(series[metric].items()):
+            family.add_metric([task, label] if label_name else [task], value)
+        yield family
+    deliveries = CounterMetricFamily("hai_notification_deliveries", "Deliveries that ended, by provider and "
+                                     "outcome (an operator's verdict on an unknown one counts again).",
+                                     labels=["provider", "outcome"])
+    for (provider, outcome), value in sorted(series[DELIVERIES].items()):
+        deliveries.add_metric([provider, outcome], value)
+    yield deliveries
+    yield _lateness(series[LATENESS])
+
+
+def _lateness(totals: dict[tuple[str, ...], int]) -> Metric:
+    """The all-time histogram: each task's bucket rows hold the occurrences in that bucket only,
+    summed over tasks and made cumulative here."""
+    by_bucket: dict[str, int] = defaultdict(int)
+    for (_, label), value in totals.items():
+        by_bucket[label] += value
+    buckets, running = [], 0
+    for label in (*(str(bound) for bound in LATENESS_BUCKETS_MS), INF):
+        running += by_bucket[label]
+        buckets.append((label if label == INF else str(int(label) / 1000), running))
     return HistogramMetricFamily("hai_fire_lateness_seconds", "Seconds from a cron occurrence's scheduled minute "
-                                 "to its first attempt's start (occurrences of the last hour).",
-                                 buckets=buckets, sum_value=late.sum_ms / 1000)
+                                 "to its first attempt's start, counted when the attempt begins.",
+                                 buckets=buckets, sum_value=by_bucket[LATENESS_SUM] / 1000)
 
 
 class DatabaseCollector(Collector):
@@ -128,7 +203,8 @@ class DatabaseCollector(Collector):
             yield _gauge(name, documentation, snapshot.counts[key])
         yield from _notifications(snapshot)
         yield from _nodes(snapshot)
-        yield _lateness(snapshot)
+        yield _lateness_window(snapshot)
+        yield from _counters(snapshot)
 
 
 class Metrics:

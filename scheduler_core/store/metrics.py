@@ -1,7 +1,7 @@
 """What ``/metrics`` reports, read from the database in one read transaction per scrape.
 
 Every figure is what the shared database knows, so any node or web worker answers the same.
-Six statements, each an aggregate over an index range or a small table:
+Seven statements, each an aggregate over an index range or a small table:
 
 1. scalar counts (one statement of scalar subqueries): the DB clock, executions unknown /
    running / queued, log writes pending, tasks (all, paused, disabled, blocked by an unknown
@@ -13,7 +13,9 @@ Six statements, each an aggregate over an index range or a small table:
 5. the nodes seen in the window (a node id is per process: older ones would pile up as series):
    heartbeat and last tick duration;
 6. fire lateness of cron occurrences journaled in the last ``LATENESS_WINDOW_MS``: a cumulative
-   histogram computed in SQL from the first attempt's ``started_at`` minus the scheduled minute.
+   histogram computed in SQL from the first attempt's ``started_at`` minus the scheduled minute;
+7. every monotonic total (``metric_totals``, store/totals.py): one row per task and label, never
+   deleted, behind the counters.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from sqlalchemy.sql.elements import ColumnElement
 from scheduler_core.db.clock import db_now_ms, to_ms
 from scheduler_core.db.tables import executions, logs, nodes, reach_queue, slots, tasks
 from scheduler_core.statuses import ExecutionStatus, LogPersistenceStatus, QueueStatus, Trigger
+from scheduler_core.store.totals import LATENESS_BUCKETS_MS, read_totals
 from scheduler_core.store.transactions import read
 
 EXECUTION_WINDOW_MS = 24 * 3_600_000  # executions by task and outcome, deliveries: the last day
 LATENESS_WINDOW_MS = 3_600_000  # fire lateness: cron occurrences of the last hour
-LATENESS_BUCKETS_MS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000)
 OPEN_QUEUE_STATUSES = (QueueStatus.PENDING, QueueStatus.PROCESSING, QueueStatus.SENDING, QueueStatus.UNKNOWN,
                        QueueStatus.DEAD)
 ENDED_QUEUE_STATUSES = (QueueStatus.SENT, QueueStatus.DEAD, QueueStatus.UNKNOWN, QueueStatus.DISCARDED)
@@ -66,7 +68,8 @@ class MetricsSnapshot:
     queue: dict[str, int]  # open notification rows by status
     deliveries: tuple[tuple[str, str, int], ...]  # (provider, status, count) ended in the window
     nodes: tuple[NodeBeat, ...]
-    lateness: Lateness
+    lateness: Lateness  # the window's
+    totals: tuple[tuple[str, str, str, int, int], ...] = ()  # (metric, scope, label, value, created_at), all time
 
 
 def _count(*conditions: ColumnElement[bool], table: Any = executions) -> Any:
@@ -108,7 +111,7 @@ class MetricsRepository:
         self.engine = engine
 
     def snapshot(self) -> MetricsSnapshot:
-        """Every figure in one read-only transaction (six statements, see the module docstring).
+        """Every figure in one read-only transaction (seven statements, see the module docstring).
         Changes nothing."""
         return read(self.engine, self._read)
 
@@ -121,7 +124,7 @@ class MetricsRepository:
         since = now - EXECUTION_WINDOW_MS
         return MetricsSnapshot(now, counts, self._executions(conn, since), self._queue(conn),
                                self._deliveries(conn, since), self._nodes(conn, since),
-                               _lateness(conn, now - LATENESS_WINDOW_MS))
+                               _lateness(conn, now - LATENESS_WINDOW_MS), tuple(read_totals(conn)))
 
     @staticmethod
     def _executions(conn: Connection, since: int) -> tuple[tuple[str, str, int, int], ...]:
