@@ -4,6 +4,7 @@ both workers' nodes report their heartbeats and tick durations."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from scheduler_core.db import DatabaseConfig, close_engine, create_engine, upgra
 from scheduler_core.runtime.metrics import METRIC_NAMES
 from tests.helpers.served import serve
 from tests.webapp.test_metrics import families
+from tests.webapp.test_metrics_counters import assert_never_lower, counters
 
 pytestmark = pytest.mark.slow
 TOKEN = "worker-metrics-token-0123456789"
@@ -81,3 +83,31 @@ def test_every_worker_answers_every_family_alike(served: str) -> None:
     assert first["hai_tasks_disabled"] == {(("__name__", "hai_tasks_disabled"),): 1.0}
     assert first["hai_executions_last_24h"] == {
         (("__name__", "hai_executions_last_24h"), ("status", "success"), ("task", "a")): 1.0}
+
+
+def test_no_counter_goes_down_across_both_workers_and_a_restart(tmp_path: Path) -> None:
+    """Scrapes answered by either worker while executions commit, then by a restarted server:
+    every counter series, from one scrape to the next, stays or grows."""
+    url = f"sqlite:///{tmp_path}/served.db"
+    _prepare(url)
+    env = {"HAI_DATABASE_URL": url, "HAI_ADMIN_PASSWORD": "first admin pw", "HAI_THREADS": "2",
+           "HAI_METRICS_TOKEN": TOKEN, "HAI_METRICS_ALLOW": "none"}
+    engine = create_engine(DatabaseConfig.from_env({"HAI_DATABASE_URL": url}))
+    scheduler = Scheduler(engine, hooks={"on_task_execute": lambda event: "ok"})
+    scheduler.init()
+    scrapes = []
+    try:
+        for _ in range(2):  # the server, then the server restarted
+            with serve(tmp_path, env) as base:
+                for _ in range(5):
+                    scheduler.trigger("a")  # committed between scrapes, by another process
+                    for _ in range(2):  # a new connection each time: either worker may answer
+                        scrapes.append(counters(families(_scrape(base).text)))
+            scheduler.trigger("a")  # while no server runs
+    finally:
+        scheduler.close()
+        close_engine(engine)
+    for before, after in itertools.pairwise(scrapes):
+        assert_never_lower(before, after)
+    key = (("family", "hai_executions"), ("__name__", "hai_executions_total"), ("status", "success"), ("task", "a"))
+    assert [scrape[key] for scrape in scrapes[::2]] == [float(n) for n in (*range(2, 7), *range(8, 13))]
