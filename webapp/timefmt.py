@@ -1,4 +1,6 @@
-"""One time format on every page: the ``when`` and ``ago`` template filters.
+"""One time format on every page: the ``when`` and ``ago`` template filters; and one way to put
+text someone typed into a page's text, ``bdi`` (``fsi`` in attributes and titles), so that its
+direction marks stay inside it.
 
 Every instant on a page is a ``<time>`` element made here, never written by hand in a template:
 its ``datetime`` is the ISO-8601 UTC instant, its text the UTC time with the zone named
@@ -92,7 +94,27 @@ def _whole(ms: int) -> str:
     return f"{seconds // 86_400} d"
 
 
+def bdi(value: object) -> Markup:
+    """``<bdi>…</bdi>``: text someone typed (a task id or name, a node id, a user name, a reason)
+    isolated from the page's text around it. Without it a right-to-left override (U+202E) in a
+    name reverses what follows it on the line: "Invoice\u202eexe.txt" reads "Invoicetxt.exe"."""
+    if value is None or value == "":
+        return Markup("")
+    return Markup("<bdi>{}</bdi>").format(value)
+
+
+def fsi(value: object) -> str:
+    """The same isolation where no element can go (a ``<title>``, a ``data-confirm`` message, a
+    ``title`` attribute): the text between FIRST STRONG ISOLATE (U+2068) and POP DIRECTIONAL
+    ISOLATE (U+2069). Escaped by the template as usual."""
+    if value is None or value == "":
+        return ""
+    return f"\u2068{value}\u2069"
+
+
 def install(app: Flask) -> None:
+    app.add_template_filter(bdi, "bdi")
+    app.add_template_filter(fsi, "fsi")
     app.add_template_filter(iso, "iso")
     app.add_template_filter(when, "when")
     app.add_template_filter(ago, "ago")
