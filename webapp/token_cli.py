@@ -3,7 +3,8 @@
 The token is printed once, alone on standard output (a script can capture it); what it is
 (id, user, role, expiry) goes to standard error. The database keeps its SHA-256 only. Every
 bad argument is one line ``error: <code> <field>: <message>`` and exit status 1, before
-anything is written.
+anything is written; so is a name the user's tokens already have (revoked ones included):
+``error: hai:scheduler:012 --name: 'ci-bot' already has a token named 'cli' ...``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def _create_token(args: argparse.Namespace, settings: Settings) -> int:
     try:
         upgrade(engine)
         created = ApiTokens(engine).create(args.user, name, days)
+    except ConfigError as exc:
+        if exc.field != "name":
+            raise
+        raise ConfigError("--name", exc.message.removeprefix("name: ")) from None  # the flag that names it
     finally:
         close_engine(engine)
     token = created.token

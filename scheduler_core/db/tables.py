@@ -371,7 +371,13 @@ api_tokens = Table(
     _ms("revoked_at", nullable=True),
     _ms("window_start"),  # the rate-limit window this token's requests are counted in (DB clock)
     Column("window_count", Integer, nullable=False),  # requests counted in that window
+    # Migration 0014: the token's first characters ("hai_Ab3xYz"), so that a person holding a copy can
+    # tell which row it is (None for tokens made before); and the token sealed with a one-time pad that
+    # only the creating browser's session holds, until the page that shows it once is opened (then None).
+    Column("prefix", String(16), nullable=True),
+    Column("sealed_secret", String(128), nullable=True),
     Index(None, "digest", unique=True),  # every request looks its token up by digest
     Index(None, "username", "created_at"),  # a user's tokens, oldest first
+    Index(None, "username", "name", unique=True),  # one name per token of a user, revoked ones included (0014)
     **MYSQL_TABLE_OPTIONS,
 )

@@ -7,6 +7,13 @@ stored at the moment of the request: disabling the user or changing the role tak
 the next request. ``use`` checks a token and counts the request against the per-token rate
 limit in the same transaction (the window lives in the database: every worker shares it).
 
+A user's tokens have distinct names, revoked ones included (a name says which token it is in
+the list, the audit trail and a revoke confirmation); each also keeps its first characters
+(``prefix``), which a person holding a copy can match. ``create(..., sealed=True)`` (the Users
+page) also stores the token XOR a one-time pad and returns the pad; ``reveal_once`` with that pad
+gives the token back once, within SEALED_MAX_AGE_MS, so the page that shows it can be a GET
+after a redirect (a reload shows nothing new and creates nothing).
+
 Every bad argument raises :class:`ConfigError` naming it: ``user``, ``name``, ``expires_days``,
 ``token_id``.
 """
@@ -27,8 +34,8 @@ from scheduler_core.store.api_tokens import ApiToken, ApiTokenRepository, TokenU
 from scheduler_core.store.users import UserRepository
 from scheduler_core.validation import check_int, check_text, shown
 
-__all__ = ["MAX_EXPIRES_DAYS", "MAX_TOKENS", "TOKEN_PREFIX", "ApiToken", "ApiTokens", "CreatedToken", "TokenCheck",
-           "check_token_name"]
+__all__ = ["MAX_EXPIRES_DAYS", "MAX_TOKENS", "PREFIX_LENGTH", "SEALED_MAX_AGE_MS", "TOKEN_PREFIX", "ApiToken",
+           "ApiTokens", "CreatedToken", "TokenCheck", "check_token_name"]
 TOKEN_PREFIX = "hai_"
 _TOKEN_LENGTH = len(TOKEN_PREFIX) + 43  # secrets.token_urlsafe(32)
 MAX_NAME = 64
@@ -37,12 +44,15 @@ MAX_TOKENS = 100  # active tokens per user: the Users page lists them all
 DAY_MS = 86_400_000
 RATE_WINDOW_MS = 60_000  # the rate limit counts requests per token per minute of the DB clock
 MAX_RATE_LIMIT = 1_000_000
+PREFIX_LENGTH = len(TOKEN_PREFIX) + 6  # "hai_Ab3xYz": 36 of the token's 256 random bits, enough to tell tokens apart
+SEALED_MAX_AGE_MS = 10 * 60_000  # a sealed token not shown within 10 minutes of its creation is never shown
 
 
 @dataclass(frozen=True)
 class CreatedToken:
     token: ApiToken
     secret: str  # the token itself: shown once, never stored
+    pad: str | None = None  # create(sealed=True): the one-time pad (hex) that reveal_once needs; None otherwise
 
 
 @dataclass(frozen=True)
@@ -94,9 +104,11 @@ class ApiTokens:
         self._repo = ApiTokenRepository(engine)
         self._users = UserRepository(engine)
 
-    def create(self, username: str, name: str, expires_days: int | None = None) -> CreatedToken:
-        """A new token for ``username`` (an existing, enabled user) labelled ``name``, expiring
-        after ``expires_days`` days (None: until revoked). At most MAX_TOKENS active per user."""
+    def create(self, username: str, name: str, expires_days: int | None = None, sealed: bool = False) -> CreatedToken:
+        """A new token for ``username`` (an existing, enabled user) labelled ``name``, a name none
+        of the user's tokens has (revoked ones included), expiring after ``expires_days`` days
+        (None: until revoked). At most MAX_TOKENS active per user. ``sealed``: also keep it sealed
+        for one ``reveal_once`` with the returned ``pad``."""
         check_username(username, "user")
         label = check_token_name(name)
         days = check_expires_days(expires_days)
@@ -108,9 +120,33 @@ class ApiTokens:
         if self._repo.count_active(username) >= MAX_TOKENS:
             raise ConfigError("user", f"{username!r} has {MAX_TOKENS} tokens: revoke one first")
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        pad = secrets.token_bytes(len(secret)) if sealed else None
         token = self._repo.create(str(uuid.uuid4()), username, label, _digest(secret),
-                                  None if days is None else days * DAY_MS)
-        return CreatedToken(token, secret)
+                                  None if days is None else days * DAY_MS, secret[:PREFIX_LENGTH],
+                                  None if pad is None else _xor(secret.encode("ascii"), pad).hex(),
+                                  SEALED_MAX_AGE_MS if sealed else None)
+        if token is None:
+            raise ConfigError("name", f"{username!r} already has a token named {label!r} (a revoked token keeps its "
+                                      "name): choose another name")
+        return CreatedToken(token, secret, None if pad is None else pad.hex())
+
+    def reveal_once(self, username: str, token_id: str, pad: str) -> str | None:
+        """The token that ``create(..., sealed=True)`` returned ``pad`` with, the first time only
+        and within SEALED_MAX_AGE_MS of its creation; None after that, for a revoked token, or for
+        a pad that does not open it (its sealed copy is gone then too)."""
+        check_username(username, "user")
+        if not _is_uuid(_token_id(token_id)):
+            return None
+        taken = self._repo.take_sealed(token_id, username, SEALED_MAX_AGE_MS)
+        if taken is None:
+            return None
+        sealed, digest = taken
+        try:
+            key, locked = bytes.fromhex(pad), bytes.fromhex(sealed)
+            secret = _xor(locked, key).decode("ascii") if len(key) == len(locked) else ""
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return secret if _looks_like_token(secret) and _digest(secret) == digest else None
 
     def list_for(self, username: str) -> list[ApiToken]:
         """``username``'s tokens, oldest first (revoked and expired ones too)."""
@@ -137,6 +173,10 @@ class ApiTokens:
         return TokenCheck(found.token_id, found.token_name, found.username, found.role, allowed,
                           0 if allowed else max(1, found.window_start + RATE_WINDOW_MS - found.now),
                           max(0, limit - found.window_count))
+
+
+def _xor(data: bytes, pad: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(data, pad, strict=True))
 
 
 def _token_id(value: Any) -> str:

@@ -4,6 +4,11 @@ The caller hashes: a row holds the token's SHA-256 (``digest``), never the token
 valid while its row exists, it is not revoked, ``expires_at`` (when set) is in the future (DB
 clock) and its user exists and is enabled; it carries the user's role as stored *now*.
 
+Names are unique per user, revoked tokens included (migration 0014): ``create`` answers None
+for a name taken. A token created for the Users page keeps, until its one display,
+``sealed_secret``: the token XOR a one-time pad that only the creating browser's session holds
+(``take_sealed`` reads and clears it in one transaction: one display, ever).
+
 Every check of a valid token also counts the request in the token's fixed rate-limit window
 (``window_start`` / ``window_count``) in the same transaction, so every gunicorn worker counts
 against the same number.
@@ -16,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import case, false, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.exc import IntegrityError
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import api_tokens, users
@@ -28,11 +34,12 @@ class ApiToken:
 
     id: str  # UUID
     username: str
-    name: str  # the label its creator gave it
+    name: str  # the label its creator gave it, unique among the user's tokens
     created_at: int  # DB-clock ms
     expires_at: int | None  # None: until revoked
     last_used_at: int | None
     revoked_at: int | None
+    prefix: str | None = None  # the token's first characters ("hai_Ab3xYz"); None for tokens made before 0014
 
     def active(self, now_ms: int) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now_ms)
@@ -54,7 +61,7 @@ class TokenUse:
 def _token(row: Row[Any]) -> ApiToken:
     return ApiToken(row.id, row.username, row.name, to_ms(row.created_at, "created_at"),
                     optional_ms(row.expires_at, "expires_at"), optional_ms(row.last_used_at, "last_used_at"),
-                    optional_ms(row.revoked_at, "revoked_at"))
+                    optional_ms(row.revoked_at, "revoked_at"), row.prefix)
 
 
 def _now(conn: Connection) -> int:
@@ -65,16 +72,49 @@ class ApiTokenRepository:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def create(self, token_id: str, username: str, name: str, digest: str, lifetime_ms: int | None) -> ApiToken:
+    def create(self, token_id: str, username: str, name: str, digest: str, lifetime_ms: int | None,
+               prefix: str | None = None, sealed_secret: str | None = None,
+               sealed_max_age_ms: int | None = None) -> ApiToken | None:
         """Insert a token of ``username`` expiring ``lifetime_ms`` after now (None: never) and
-        return it as stored. The caller has checked that the user exists."""
+        return it as stored; None (nothing written) when ``username`` has a token named ``name``
+        already, revoked or not (the unique index decides, also between two creations at once).
+        With ``sealed_max_age_ms``, the user's sealed tokens older than that, never opened, are
+        cleared (``sealed_secret`` = NULL). The caller has checked that the user exists."""
 
-        def work(conn: Connection) -> ApiToken:
+        def work(conn: Connection) -> ApiToken | None:
             now = _now(conn)
-            conn.execute(api_tokens.insert().values(
-                id=token_id, username=username, name=name, digest=digest, created_at=now,
-                expires_at=None if lifetime_ms is None else now + lifetime_ms, window_start=0, window_count=0))
+            try:
+                with conn.begin_nested():
+                    conn.execute(api_tokens.insert().values(
+                        id=token_id, username=username, name=name, digest=digest, created_at=now,
+                        expires_at=None if lifetime_ms is None else now + lifetime_ms, window_start=0,
+                        window_count=0, prefix=prefix, sealed_secret=sealed_secret))
+            except IntegrityError:
+                return None
+            if sealed_max_age_ms is not None:
+                conn.execute(update(api_tokens).where(
+                    api_tokens.c.username == username, api_tokens.c.sealed_secret.is_not(None),
+                    api_tokens.c.created_at < now - sealed_max_age_ms).values(sealed_secret=None))
             return _token(conn.execute(select(api_tokens).where(api_tokens.c.id == token_id)).one())
+
+        return write(self.engine, work)
+
+    def take_sealed(self, token_id: str, username: str, max_age_ms: int) -> tuple[str, str] | None:
+        """The sealed token and its digest, once: ``sealed_secret`` of ``username``'s token
+        ``token_id`` is set to NULL in the same transaction. None when it is NULL already (shown,
+        or never sealed), or the token is revoked or was created more than ``max_age_ms`` ago (DB
+        clock; the sealed value is cleared then too). A conditional UPDATE decides: of two
+        requests at once, one reads 1 row and gets it."""
+
+        def work(conn: Connection) -> tuple[str, str] | None:
+            mine = (api_tokens.c.id == token_id, api_tokens.c.username == username,
+                    api_tokens.c.sealed_secret.is_not(None))
+            row = conn.execute(select(api_tokens.c.sealed_secret, api_tokens.c.digest, api_tokens.c.created_at,
+                                      api_tokens.c.revoked_at, db_now_ms().label("now")).where(*mine)).first()
+            if row is None or not one_row(conn.execute(update(api_tokens).where(*mine).values(sealed_secret=None))):
+                return None
+            fresh = to_ms(row.created_at, "created_at") > to_ms(row.now, "now") - max_age_ms
+            return (str(row.sealed_secret), str(row.digest)) if fresh and row.revoked_at is None else None
 
         return write(self.engine, work)
 
@@ -89,10 +129,12 @@ class ApiTokenRepository:
         return _token(row) if row is not None else None
 
     def revoke(self, token_id: str, username: str) -> bool:
-        """Set ``revoked_at`` = now on ``username``'s token ``token_id`` if it is not revoked yet.
-        False (0 rows): no such token of that user, or revoked already."""
+        """Set ``revoked_at`` = now (and ``sealed_secret`` = NULL) on ``username``'s token
+        ``token_id`` if it is not revoked yet. False (0 rows): no such token of that user, or
+        revoked already."""
         query = update(api_tokens).where(api_tokens.c.id == token_id, api_tokens.c.username == username,
-                                         api_tokens.c.revoked_at.is_(None)).values(revoked_at=db_now_ms())
+                                         api_tokens.c.revoked_at.is_(None)).values(revoked_at=db_now_ms(),
+                                                                                   sealed_secret=None)
         return write(self.engine, lambda c: one_row(c.execute(query)))
 
     def use(self, digest: str, window_ms: int) -> TokenUse | None:
