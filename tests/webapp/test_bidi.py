@@ -119,7 +119,8 @@ PAGES = ("/", "/tasks/", "/tasks/?q=invoice", f"/tasks/view/{quote(TASK)}", f"/t
 
 @pytest.mark.parametrize("path", PAGES)
 def test_typed_text_is_isolated_on_every_page(spoofed: Flask, client: FlaskClient, path: str) -> None:
-    response = client.get(path)
+    fragment = {"HX-Request": "true"} if path.startswith("/tasks/occurrences/") else {}  # opened directly: the page
+    response = client.get(path, headers=fragment)
     assert response.status_code == 200, path
     page = response.get_data(as_text=True)
     assert RLO in page, f"{path} shows none of the typed strings: the test proves nothing there"
