@@ -37,7 +37,10 @@ def _csrf(error: CSRFError) -> ResponseReturnValue:
 def _http(error: HTTPException) -> ResponseReturnValue:
     if request.path.startswith("/api/"):  # no such API route, or not with this method: a problem, not a page
         code = error.code or 500
-        return problem_response(ApiProblem(code, error.name, error.description or error.name, f"hai:api:{code}"))
+        # The exception's own headers (a 405's Allow: the methods the path has, RFC 9110), not its HTML type.
+        headers = {name: value for name, value in error.get_headers() if name.lower() != "content-type"}
+        return problem_response(ApiProblem(code, error.name, error.description or error.name, f"hai:api:{code}",
+                                           headers=headers))
     return _page(error.code or 500, error.name, error.description or "")
 
 

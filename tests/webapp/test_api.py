@@ -144,7 +144,9 @@ def test_pause_and_resume(api: Api) -> None:
                    422, field="minutes")
     paused = api.call("POST", "/api/v1/tasks/pause/walk", "operator", {"reason": "db maintenance", "minutes": 60})
     assert paused.status_code == 200 and paused.get_json()["paused"]["by"] == "operator1"
-    assert_problem(api.call("POST", "/api/v1/tasks/pause/walk", "operator", {"reason": "again"}), 422)
+    # already paused: the task's state, not the input, refuses it (409, as any action on a row in another state)
+    assert_problem(api.call("POST", "/api/v1/tasks/pause/walk", "operator", {"reason": "again"}), 409, "hai:api:409",
+                   "task_id")
     resumed = api.call("POST", "/api/v1/tasks/resume/walk", "operator")
     assert resumed.status_code == 200 and resumed.get_json()["paused"] is None
     [pause] = _audit(api, "task.pause")

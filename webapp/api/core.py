@@ -7,13 +7,19 @@
    gunicorn worker counts against the same number (``HAI_API_RATE_LIMIT``); 429 with
    ``Retry-After`` beyond it;
 3. the role: the user's role *now* (viewer < operator < admin), as on the pages; 403 below it;
-4. the query string and the body, validated by the operation's pydantic models (422 naming the
-   field; 400 for a body that is not a JSON object);
+4. the path's ids, the query string and the body, validated by the types the handler annotates
+   its path arguments with and the operation's pydantic models (422 naming the field; 415 for a
+   body that is not sent as ``application/json``, 400 for one that is not a JSON object, 413 for
+   one that is too large);
 5. the handler, which calls the runtime services the pages call; the core's errors become
    problem details here (``problem_of``), with the stable code and the field.
 
 ``operation`` registers a handler on the blueprint and in ``OPERATIONS``, from which
 ``openapi.py`` builds the document: one declaration serves validation and documentation.
+
+Every path under /api/v1 answers ``OPTIONS`` with 204 and ``Allow`` (no token needed: it says
+only which methods the path has, as the public document does), and a method it does not have
+with a 405 problem carrying ``Allow`` (webapp/errors.py).
 """
 
 from __future__ import annotations
@@ -22,11 +28,11 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
 
 from flask import Blueprint, Response, current_app, g, request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from scheduler_core.errors import (
     ConfigError,
@@ -56,6 +62,11 @@ FORBIDDEN_CODE = "hai:api:403"
 NOT_FOUND_CODE = "hai:api:404"
 RATE_CODE = "hai:api:429"
 BODY_CODE = "hai:api:400"
+TOO_LARGE_CODE = "hai:api:413"
+MEDIA_TYPE_CODE = "hai:api:415"
+CONFLICT_CODE = "hai:api:409"
+# application/json, or a +json type (application/merge-patch+json, ...); parameters (charset) aside
+_JSON_TYPE = re.compile(r"application/(?:[\w.+-]+\+)?json", re.ASCII | re.IGNORECASE)
 _RULE_ARGUMENT = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 
 
@@ -73,6 +84,7 @@ class Operation:
     response: type[BaseModel]
     status: int
     tag: str
+    path_types: dict[str, Any] = field(default_factory=dict)  # argument -> the handler's annotation
 
     @property
     def path(self) -> str:
@@ -169,13 +181,30 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _too_large() -> ApiProblem:
+    return ApiProblem(413, "Body too large", f"the body must be at most {MAX_BODY} bytes", TOO_LARGE_CODE, "body")
+
+
+def _check_media_type() -> None:
+    """A body is JSON by its Content-Type too (``application/json``, with or without a charset,
+    or a ``+json`` type): a form or text/plain -- what a page can send across sites without
+    asking first -- is refused unread."""
+    sent = request.headers.get("Content-Type", "")
+    if not _JSON_TYPE.fullmatch(sent.split(";", 1)[0].strip()):
+        shown = json.dumps(sent[:100]) if sent else "none"
+        raise ApiProblem(415, "Unsupported media type", f"send the body as application/json (Content-Type: "
+                         f"{shown})", MEDIA_TYPE_CODE, "Content-Type", {"Accept-Post": "application/json"})
+
+
 def read_body(model: type[BaseModel]) -> BaseModel:
-    """The body as ``model``: a JSON object (400 when it is not one), then the model's checks (422)."""
+    """The body as ``model``: sent as JSON (415), a JSON object (400 when it is not one), then
+    the model's checks (422)."""
     if (request.content_length or 0) > MAX_BODY:
-        raise ApiProblem(413, "Body too large", f"the body must be at most {MAX_BODY} bytes", BODY_CODE, "body")
+        raise _too_large()
+    _check_media_type()
     raw = request.get_data(cache=False)
     if len(raw) > MAX_BODY:
-        raise ApiProblem(413, "Body too large", f"the body must be at most {MAX_BODY} bytes", BODY_CODE, "body")
+        raise _too_large()
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, NaN, 5,000-digit numbers, deep nests
@@ -190,6 +219,23 @@ def read_body(model: type[BaseModel]) -> BaseModel:
         raise _validation_problem(exc, "body") from None
     except RecursionError:
         raise ApiProblem(400, "Not JSON", "the body is nested too deeply", BODY_CODE, "body") from None
+
+
+def read_path(op: Operation, path: dict[str, Any]) -> dict[str, Any]:
+    """The path's arguments, each checked by the type its handler annotates it with (the core's
+    check: its error names the argument)."""
+    for name, value in path.items():
+        _adapter(op.path_types[name]).validate_python(value, context={"field": name})
+    return path
+
+
+_adapters: dict[int, TypeAdapter[Any]] = {}
+
+
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
+    if id(annotation) not in _adapters:
+        _adapters[id(annotation)] = TypeAdapter(annotation)
+    return _adapters[id(annotation)]
 
 
 def read_query(model: type[BaseModel]) -> BaseModel:
@@ -255,13 +301,16 @@ def operation(method: str, rule: str, *, summary: str, role: str, response: type
     """Register ``handler(caller, [query], [body], **path)`` as one documented operation."""
 
     def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
+        hints = get_type_hints(handler, include_extras=True)
         op = Operation(method, rule, handler.__name__, summary, role, query, body, response, status,
-                       tag or rule.strip("/").split("/")[0])
+                       tag or rule.strip("/").split("/")[0],
+                       {name: hints[name] for name in _RULE_ARGUMENT.findall(rule)})
 
         def view(**path: Any) -> Response:
             try:
                 caller = _caller(op.role)
                 arguments: list[Any] = [caller]
+                path = read_path(op, path)
                 if op.query is not None:
                     arguments.append(read_query(op.query))
                 if op.body is not None:
@@ -285,6 +334,16 @@ def not_found(detail: str) -> ApiProblem:
     return ApiProblem(404, "Not found", detail, NOT_FOUND_CODE)
 
 
+def options() -> Response | None:
+    """``OPTIONS`` on an API path: 204 and the methods it has, before any token is asked for."""
+    if request.method != "OPTIONS":
+        return None
+    allowed = current_app.url_map.bind_to_environ(request.environ).allowed_methods()
+    response = Response(status=204, headers={"Allow": ", ".join(sorted(allowed))})
+    del response.headers["Content-Type"]  # no body
+    return response
+
+
 def after_request(response: Response) -> Response:
     """Every API answer: never cached, and the requests left in the token's window."""
     response.headers["Cache-Control"] = "no-store"
@@ -294,4 +353,5 @@ def after_request(response: Response) -> Response:
     return response
 
 
+bp.before_request(options)
 bp.after_request(after_request)

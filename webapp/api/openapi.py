@@ -10,17 +10,21 @@ from functools import cache
 from typing import Any
 
 from flask import Response
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
 from webapp.api import schemas as s
 from webapp.api.core import OPERATIONS, Operation, bp
 
 REF = "#/components/schemas/{model}"
-ERRORS = {401: "No valid token", 403: "The token's user has a lower role", 404: "Not found",
-          409: "Changed meanwhile (compare-and-set), or not in the state the action needs",
-          422: "Invalid input: the field is named", 429: "Rate limit reached: see Retry-After"}
-BODY_ERRORS = {400: "The body is not a JSON object", 413: "The body is too large"}
+ERRORS = {401: "No valid token", 403: "The token's user has a lower role",
+          414: "The request line is longer than the server reads (4094 bytes under hai-scheduler serve)",
+          429: "Rate limit reached: see Retry-After", 503: "The database is unavailable"}
+PATH_ERRORS = {404: "Not found"}
+INPUT_ERRORS = {422: "Invalid input: the field is named"}
+WRITE_ERRORS = {409: "Changed meanwhile (compare-and-set), or not in the state the action needs"}
+BODY_ERRORS = {400: "The body is not a JSON object", 413: "The body is too large",
+               415: "The body is not sent as application/json"}
 
 
 def _models() -> list[type[BaseModel]]:
@@ -31,10 +35,11 @@ def _models() -> list[type[BaseModel]]:
 
 
 def _parameters(op: Operation) -> list[dict[str, Any]]:
-    parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"},
-         "description": "may hold /" if op.rule.find(f"<path:{name}>") >= 0 else ""}
-        for name in op.path_arguments]
+    parameters: list[dict[str, Any]] = []
+    for name in op.path_arguments:  # the schema of the type the handler checks the argument with
+        schema = TypeAdapter(op.path_types[name]).json_schema(ref_template=REF)
+        parameters.append({"name": name, "in": "path", "required": True, "schema": schema,
+                           "description": schema.get("description", "")})
     if op.query is not None:
         schema = op.query.model_json_schema(ref_template=REF)
         required = set(schema.get("required", []))
@@ -55,10 +60,22 @@ def _problem(code: int, description: str) -> dict[str, Any]:
     return {**answer, "headers": RETRY_AFTER} if code == 429 else answer
 
 
+def errors_of(op: Operation) -> dict[int, str]:
+    """Every problem status ``op`` can answer with."""
+    errors = dict(ERRORS)
+    if op.path_arguments:
+        errors.update(PATH_ERRORS)
+    if op.path_arguments or op.query is not None or op.body is not None:
+        errors.update(INPUT_ERRORS)
+    if op.method != "GET":
+        errors.update(WRITE_ERRORS)
+    if op.body is not None:
+        errors.update(BODY_ERRORS)
+    return errors
+
+
 def _operation(op: Operation) -> dict[str, Any]:
-    errors = {**ERRORS, **(BODY_ERRORS if op.body is not None else {})}
-    if op.query is None and op.body is None:
-        errors.pop(422)
+    errors = errors_of(op)
     document: dict[str, Any] = {
         "operationId": op.endpoint, "summary": op.summary, "tags": [op.tag],
         "description": f"Needs the {op.role} role (viewer < operator < admin).",

@@ -87,14 +87,14 @@ def list_executions(caller: Caller, query: s.ExecutionQuery) -> s.ExecutionPage:
 
 @operation("GET", "/executions/<occurrence_id>", summary="One execution with its attempts", role="viewer",
            response=s.Execution)
-def get_execution(caller: Caller, occurrence_id: str) -> s.Execution:
+def get_execution(caller: Caller, occurrence_id: s.OccurrenceId) -> s.Execution:
     return execution_out(scheduler_of(current_app).execution.get(occurrence_id), with_attempts=True)
 
 
 @operation("POST", "/executions/resolve/<occurrence_id>",
            summary="Settle an unknown execution as success or discarded, at the version read", role="operator",
            body=s.ResolveExecution, response=s.Execution)
-def resolve_execution(caller: Caller, body: s.ResolveExecution, occurrence_id: str) -> s.Execution:
+def resolve_execution(caller: Caller, body: s.ResolveExecution, occurrence_id: s.OccurrenceId) -> s.Execution:
     reason = _review(str(body.status), ("success", "discarded"), body.reason)
     execution = scheduler_of(current_app).execution
     before = execution.get(occurrence_id)
@@ -127,7 +127,7 @@ def list_log_failures(caller: Caller, query: s.OffsetQuery) -> s.LogFailures:
 
 @operation("POST", "/logs/repair/<occurrence_id>", summary="Write one execution's log rows from the journal",
            role="operator", response=s.Repaired)
-def repair_log(caller: Caller, occurrence_id: str) -> s.Repaired:
+def repair_log(caller: Caller, occurrence_id: s.OccurrenceId) -> s.Repaired:
     result = scheduler_of(current_app).execution.repair_log(occurrence_id)
     if result.repaired:
         caller.audit("log.repair", occurrence_id, before={"log_persistence": "pending"},
@@ -166,7 +166,7 @@ def _entry_audit(entry: Any, expected: int) -> dict[str, Any]:
             "last_failure": entry.last_failure, "attempt_count": entry.attempt_count, "updated_at": expected}
 
 
-def _existing_entry(queue_id: str) -> Any:
+def _existing_entry(queue_id: s.QueueId) -> Any:
     entry = reach_of(current_app).queue.get(queue_id)
     if entry is None:
         raise not_found(f"no queue entry {queue_id}")
@@ -190,7 +190,7 @@ def list_unknown_deliveries(caller: Caller, query: s.UnknownQuery) -> s.Delivery
 
 @operation("POST", "/notifications/requeue/<queue_id>", summary="Requeue a dead letter at the version read",
            role="operator", body=s.Version, response=s.Delivery)
-def requeue_dead(caller: Caller, body: s.Version, queue_id: str) -> s.Delivery:
+def requeue_dead(caller: Caller, body: s.Version, queue_id: s.QueueId) -> s.Delivery:
     queue = reach_of(current_app).queue
     before = _existing_entry(queue_id)
     after = queue.requeue_dead(queue_id, body.expected_updated_at)
@@ -202,7 +202,7 @@ def requeue_dead(caller: Caller, body: s.Version, queue_id: str) -> s.Delivery:
 @operation("POST", "/notifications/resolve/<queue_id>",
            summary="Settle an unknown delivery as sent or discarded, at the version read", role="operator",
            body=s.ResolveDelivery, response=s.Delivery)
-def resolve_delivery(caller: Caller, body: s.ResolveDelivery, queue_id: str) -> s.Delivery:
+def resolve_delivery(caller: Caller, body: s.ResolveDelivery, queue_id: s.QueueId) -> s.Delivery:
     status = str(body.status)
     reason = _review(status, ("sent", "discarded"), body.reason)
     message_id = (body.message_id or "").strip() or None

@@ -15,13 +15,49 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from scheduler_core.model import DESCRIPTION_MAX, MAX_ATTEMPTS_RANGE, NAME_MAX
+from scheduler_core.reach.queue import FAILURE_CLASSES
+from scheduler_core.runtime.task_operations import MAX_QUERY
 from scheduler_core.statuses import AttemptStatus, DeliveryResolution, ExecutionStatus, Resolution
-from scheduler_core.validation import MAX_MS, PAGE_LIMIT
+from scheduler_core.validation import ID_MAX, MAX_MS, PAGE_LIMIT, PAGE_OFFSET
+from webapp.api.rules import (
+    WHITESPACE,
+    Group,
+    Id,
+    JournalCursor,
+    MessageId,
+    PathId,
+    QueueCursor,
+    QueueReceipt,
+    Reason,
+    SegmentId,
+    StrippedId,
+    Whole,
+    text,
+)
 
-Ms = Annotated[int, Field(ge=0, le=MAX_MS, description="unix milliseconds (DB clock)")]
+# Whole last: it reads 548.0 as 548 before the constrained integer checks it.
+Ms = Annotated[int, Field(ge=0, le=MAX_MS, description="unix milliseconds (DB clock)"), Whole]
 Limit = Annotated[int, Field(ge=1, le=PAGE_LIMIT, description="rows per page")]
 Text = Annotated[str, Field(max_length=100_000)]
-Cursor = Annotated[str, Field(max_length=300, description="a cursor from the previous answer")]
+Name = text(NAME_MAX, single_line=True)
+Description = text(DESCRIPTION_MAX)
+MAX_PAUSE_MINUTES = 7 * 24 * 60
+PROVIDER_MAX = 64  # reach.queue's filter: check_optional_text(provider, "provider", 64, ...)
+MAX_BACKOFF_MS = 86_400_000
+
+
+def _values(choices: Any) -> Any:
+    """An enum's values as a Literal: a refusal lists 'queued', 'running', ..., not the members' repr."""
+    return Literal[tuple(str(choice) for choice in choices)]
+
+
+def _omit_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+# A field that may be left out (it keeps the stored value) but not sent as null.
+KEEP = Field(default=None, json_schema_extra=_omit_default)
 
 
 class Strict(BaseModel):
@@ -34,6 +70,13 @@ class Query(BaseModel):
     """A query string: text read into the declared types, no unknown parameter."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+# --- path parameters: a handler annotates its own with one of these (core.operation reads them) --
+
+TaskId = PathId  # <path:task_id>: a task id may hold /
+OccurrenceId = SegmentId  # <occurrence_id>: one part of the path
+QueueId = QueueReceipt
 
 
 # --- problems ---------------------------------------------------------------------------------
@@ -60,17 +103,19 @@ class Problem(BaseModel):
 
 
 class RetryIn(Strict):
-    max_attempts: int = Field(description="1 = no retry; counts the first attempt")
-    backoff_ms: list[int] = Field(default_factory=list, description="wait before attempt n+1")
+    max_attempts: Annotated[int, Field(ge=MAX_ATTEMPTS_RANGE[0], le=MAX_ATTEMPTS_RANGE[1],
+                                       description="1 = no retry; counts the first attempt"), Whole]
+    backoff_ms: list[Annotated[int, Field(ge=0, le=MAX_BACKOFF_MS), Whole]] = Field(
+        default_factory=list, max_length=MAX_ATTEMPTS_RANGE[1], description="wait before attempt n+1")
 
 
 class TaskCreate(Strict):
     """An ``api`` or ``hook`` task (code tasks are defined in the application, never here)."""
 
-    id: Text
-    name: Text
+    id: PathId
+    name: Name
     cron: Text
-    description: Text | None = None
+    description: Description | None = None
     timezone: Text = "UTC"
     enabled: bool = True
     idempotent: bool = False
@@ -78,7 +123,7 @@ class TaskCreate(Strict):
     retry: RetryIn | None = None
     handler: dict[str, Any] | None = Field(default=None, description='{"kind": "api", "url": ...} or {"kind": "hook"}')
     params: dict[str, Any] | None = None
-    node_group: Text | None = None
+    node_group: Group | None = None
 
 
 class TaskUpdate(Strict):
@@ -86,17 +131,17 @@ class TaskUpdate(Strict):
     Masked values (``***``) sent back mean "keep the stored secret"."""
 
     expected_updated_at: Ms
-    name: Text | None = None
-    cron: Text | None = None
-    description: Text | None = None
-    timezone: Text | None = None
-    enabled: bool | None = None
-    idempotent: bool | None = None
-    delete_after_run: bool | None = None
+    name: Name = KEEP
+    cron: Text = KEEP
+    description: Description | None = None
+    timezone: Text = KEEP
+    enabled: bool = KEEP
+    idempotent: bool = KEEP
+    delete_after_run: bool = KEEP
     retry: RetryIn | None = None
     handler: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
-    node_group: Text | None = None
+    node_group: Group | None = None
 
 
 class Version(Strict):
@@ -104,20 +149,23 @@ class Version(Strict):
 
 
 class PauseIn(Strict):
-    reason: Text = Field(description="why: the next operator reads it")
-    minutes: int | None = Field(default=None, description="resume by itself after this many minutes (1..10080)")
+    reason: Reason = Field(description="why: the next operator reads it")
+    minutes: Annotated[int, Field(ge=1, le=MAX_PAUSE_MINUTES), Whole] | None = Field(
+        default=None, description="resume by itself after this many minutes")
 
 
 class TriggerIn(Strict):
-    idempotency_key: Text | None = Field(default=None, description="the same key again returns the same occurrence")
-    source: Text | None = None
+    idempotency_key: StrippedId | None = Field(default=None,
+                                               description="the same key again returns the same occurrence")
+    source: StrippedId | None = None
 
 
 class TaskSearch(Query):
-    q: Annotated[str, Field(max_length=2_000, description="status:failed kind:api enabled:false tz:... words")] = ""
+    q: Annotated[text(MAX_QUERY, blank=True),
+                 Field(description="status:failed kind:api enabled:false tz:... words")] = ""
     limit: Limit = 50
-    after: Cursor | None = None
-    before: Cursor | None = None
+    after: Id | None = Field(default=None, description="next_after of the previous answer")
+    before: Id | None = Field(default=None, description="prev_before of the previous answer")
 
 
 class RetryOut(BaseModel):
@@ -227,16 +275,16 @@ class ExecutionPage(BaseModel):
 
 
 class ExecutionQuery(Query):
-    status: Literal[tuple(ExecutionStatus)] | None = None  # type: ignore[valid-type]
-    task_id: Annotated[str, Field(max_length=128)] | None = None
+    status: _values(ExecutionStatus) | None = None  # type: ignore[valid-type]
+    task_id: Id | None = None
     limit: Limit = 50
-    before: Cursor | None = None
-    after: Cursor | None = None
+    before: JournalCursor | None = Field(default=None, description="older: the answer's older cursor (not with after)")
+    after: JournalCursor | None = Field(default=None, description="newer: the answer's newer cursor (not with before)")
 
 
 class ResolveExecution(Strict):
-    status: Literal[tuple(Resolution)]  # type: ignore[valid-type]
-    reason: Text = Field(description="required: what was checked (goes into the audit trail)")
+    status: _values(Resolution)  # type: ignore[valid-type]
+    reason: Reason = Field(description="required: what was checked (goes into the audit trail)")
     expected_updated_at: Ms
 
 
@@ -267,19 +315,19 @@ class LogPage(BaseModel):
 
 
 class LogQuery(Query):
-    task_id: Annotated[str, Field(max_length=128)] | None = None
-    status: Literal[tuple(AttemptStatus)] | None = None  # type: ignore[valid-type]
-    trigger_source: Annotated[str, Field(max_length=128)] | None = None
+    task_id: Id | None = None
+    status: _values(AttemptStatus) | None = None  # type: ignore[valid-type]
+    trigger_source: Id | None = None
     started_after: Ms | None = Field(default=None, description="inclusive, unix ms")
     started_before: Ms | None = Field(default=None, description="exclusive, unix ms")
     limit: Limit = 50
-    before: Cursor | None = None
-    after: Cursor | None = None
+    before: JournalCursor | None = Field(default=None, description="older: the answer's older cursor (not with after)")
+    after: JournalCursor | None = Field(default=None, description="newer: the answer's newer cursor (not with before)")
 
 
 class OffsetQuery(Query):
     limit: Limit = 50
-    offset: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    offset: Annotated[int, Field(ge=0, le=PAGE_OFFSET)] = 0
 
 
 class LogFailures(BaseModel):
@@ -328,22 +376,30 @@ class DeliveryPage(BaseModel):
 
 
 class DeadQuery(Query):
-    provider: Annotated[str, Field(max_length=128)] | None = None
-    failure: Annotated[str, Field(max_length=64)] | None = None
-    template: Annotated[str, Field(max_length=128)] | None = None
+    provider: text(PROVIDER_MAX, single_line=True) | None = None  # type: ignore[valid-type]
+    failure: Literal[FAILURE_CLASSES] | None = None  # type: ignore[valid-type]
+    template: text(ID_MAX) | None = None  # type: ignore[valid-type]
     limit: Limit = 50
-    after: Cursor | None = None
+    after: QueueCursor | None = None
 
 
 class UnknownQuery(Query):
     limit: Limit = 50
-    after: Cursor | None = None
+    after: QueueCursor | None = None
 
 
 class ResolveDelivery(Strict):
-    status: Literal[tuple(DeliveryResolution)]  # type: ignore[valid-type]
-    reason: Text
-    message_id: Text | None = Field(default=None, description='the provider\'s id, only with "sent"')
+    """Settle an unknown delivery: "sent" may name the provider's message id, "discarded" not
+    (its message_id is null, blank or left out)."""
+
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"properties": {"status": {"const": "discarded"}}, "required": ["status"]},
+        "then": {"properties": {"message_id": {"anyOf": [
+            {"type": "null"}, {"type": "string", "pattern": f"^[{WHITESPACE}]*$"}]}}}})
+
+    status: _values(DeliveryResolution)  # type: ignore[valid-type]
+    reason: Reason
+    message_id: MessageId | None = None
     expected_updated_at: Ms
 
 

@@ -21,11 +21,11 @@ from scheduler_core.errors import ConfigError, ExecutionNotFoundError
 from scheduler_core.model import RetryPolicy, TaskDefinition
 from scheduler_core.runtime.task_operations import TaskRow, restore_masked
 from webapp.api import schemas as s
-from webapp.api.core import Caller, operation
+from webapp.api.core import CONFLICT_CODE, ApiProblem, Caller, operation
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED
 
-MAX_PAUSE_MINUTES = 7 * 24 * 60
+MAX_PAUSE_MINUTES = s.MAX_PAUSE_MINUTES
 
 
 def task_out(task: TaskDefinition) -> s.Task:
@@ -59,7 +59,7 @@ def list_tasks(caller: Caller, query: s.TaskSearch) -> s.TaskPage:
 
 @operation("GET", "/tasks/<path:task_id>", summary="One task's stored definition (secrets masked)", role="viewer",
            response=s.Task)
-def get_task(caller: Caller, task_id: str) -> s.Task:
+def get_task(caller: Caller, task_id: s.TaskId) -> s.Task:
     return task_out(scheduler_of(current_app).task_ops.get(task_id))
 
 
@@ -78,7 +78,7 @@ def create_task(caller: Caller, body: s.TaskCreate) -> s.Task:
 
 @operation("PATCH", "/tasks/<path:task_id>", summary="Change a task at the version read (409 when it changed)",
            role="admin", body=s.TaskUpdate, response=s.Task)
-def update_task(caller: Caller, body: s.TaskUpdate, task_id: str) -> s.Task:
+def update_task(caller: Caller, body: s.TaskUpdate, task_id: s.TaskId) -> s.Task:
     scheduler = scheduler_of(current_app)
     current = scheduler.task_ops.get(task_id)
     given = body.model_fields_set - {"expected_updated_at"}
@@ -103,7 +103,7 @@ def update_task(caller: Caller, body: s.TaskUpdate, task_id: str) -> s.Task:
 
 @operation("DELETE", "/tasks/<path:task_id>", summary="Delete a task at the version read", role="admin",
            body=s.Version, response=s.Deleted)
-def delete_task(caller: Caller, body: s.Version, task_id: str) -> s.Deleted:
+def delete_task(caller: Caller, body: s.Version, task_id: s.TaskId) -> s.Deleted:
     deleted = scheduler_of(current_app).task_ops.delete(task_id, body.expected_updated_at)
     caller.audit("task.delete", task_id, before=deleted.masked())
     return s.Deleted(id=task_id, deleted=True)
@@ -111,7 +111,7 @@ def delete_task(caller: Caller, body: s.Version, task_id: str) -> s.Deleted:
 
 @operation("POST", "/tasks/pause/<path:task_id>", summary="Pause a task's cron occurrences", role="operator",
            body=s.PauseIn, response=s.Task)
-def pause_task(caller: Caller, body: s.PauseIn, task_id: str) -> s.Task:
+def pause_task(caller: Caller, body: s.PauseIn, task_id: s.TaskId) -> s.Task:
     scheduler = scheduler_of(current_app)
     scheduler.task_ops.get(task_id)
     reason = body.reason.strip()
@@ -122,8 +122,9 @@ def pause_task(caller: Caller, body: s.PauseIn, task_id: str) -> s.Task:
         if not 1 <= body.minutes <= MAX_PAUSE_MINUTES:
             raise ConfigError("minutes", f"must be a whole number of minutes, 1 to {MAX_PAUSE_MINUTES} (7 days)")
         until = scheduler.task_ops.now_ms() + body.minutes * 60_000
-    if scheduler.task_ops.state(task_id).state == "paused":
-        raise ConfigError("task_id", "is already paused; resume it first to pause it with another reason")
+    if scheduler.task_ops.state(task_id).state == "paused":  # the task's state, not the input: a conflict
+        raise ApiProblem(409, "Conflict", f"{task_id} is already paused; resume it first to pause it with "
+                         "another reason", CONFLICT_CODE, "task_id")
     paused = scheduler.pause(task_id, reason=reason, until_ms=until, by=caller.name)
     caller.audit("task.pause", task_id, before={"paused": None},
                  after={"paused_until": until, "paused_by": caller.name, "revision": paused.revision}, reason=reason)
@@ -132,7 +133,7 @@ def pause_task(caller: Caller, body: s.PauseIn, task_id: str) -> s.Task:
 
 @operation("POST", "/tasks/resume/<path:task_id>", summary="Resume a paused task", role="operator",
            response=s.Task)
-def resume_task(caller: Caller, task_id: str) -> s.Task:
+def resume_task(caller: Caller, task_id: s.TaskId) -> s.Task:
     scheduler = scheduler_of(current_app)
     before = scheduler.task_ops.get(task_id)
     resumed = scheduler.resume(task_id, by=caller.name)
@@ -146,7 +147,7 @@ def resume_task(caller: Caller, task_id: str) -> s.Task:
 @operation("POST", "/tasks/trigger/<path:task_id>",
            summary="Run a task now (never waits for the run); the same idempotency key returns the same occurrence",
            role="operator", body=s.TriggerIn, response=s.Triggered, status=202)
-def trigger_task(caller: Caller, body: s.TriggerIn, task_id: str) -> s.Triggered:
+def trigger_task(caller: Caller, body: s.TriggerIn, task_id: s.TaskId) -> s.Triggered:
     scheduler = scheduler_of(current_app)
     scheduler.task_ops.get(task_id)
     key = (body.idempotency_key or "").strip() or None
