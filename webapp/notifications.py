@@ -19,7 +19,7 @@ from scheduler_core.reach.templates import parse_values
 from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.forms import posted_version, review_errors, whole_number
-from webapp.htmx import error_status, page_or_fragment
+from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import reach_of
 
 bp = Blueprint("notifications", __name__, url_prefix="/notifications")
@@ -66,6 +66,9 @@ def index() -> ResponseReturnValue:
 
 @bp.get("/counts")
 def counts() -> ResponseReturnValue:
+    """The counts alone for the 5-second refresh; opened directly, the queue page that holds them."""
+    if not wants_fragment():
+        return redirect(url_for("notifications.index", status=request.args.get("status") or None))
     return render_template("notifications/_counts.html", counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP,
                            status=request.args.get("status") or "pending")
 

@@ -107,9 +107,9 @@ def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnVa
 
 @bp.get("/cron-preview")
 def cron_preview() -> ResponseReturnValue:
-    """What a schedule being typed means (an HTMX fragment of the form)."""
-    return render_template("tasks/_cron_preview.html", **_preview(request.args.get("cron", ""),
-                                                                 request.args.get("timezone", "")))
+    """What a schedule being typed means (an HTMX fragment of the form; opened directly, a page)."""
+    template = "tasks/_cron_preview.html" if wants_fragment() else "tasks/cron_preview.html"
+    return render_template(template, **_preview(request.args.get("cron", ""), request.args.get("timezone", "")))
 
 
 def _preview(cron: str, timezone: str) -> dict[str, Any]:
@@ -400,9 +400,12 @@ def _detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str])
 
 @bp.get("/occurrences/<path:task_id>")
 def occurrences(task_id: str) -> ResponseReturnValue:
-    """The history fragment (re-fetched every 5 s while one of its rows is running)."""
+    """The history fragment (re-fetched every 5 s while one of its rows is running); opened
+    directly (a copied link, the browser's history), the task's page that holds it."""
     ops = scheduler_of(current_app).task_ops
     task = ops.get(task_id)
     before = request.args.get("before") or None
+    if not wants_fragment():
+        return redirect(url_for("tasks.detail", task_id=task_id, before=before))
     return render_template("tasks/_occurrences.html", task=task, history=ops.occurrences(task_id, HISTORY_PAGE, before),
                            before=before, log_links=_log_links())

@@ -208,15 +208,18 @@ def test_keyset_pages(app: Flask, client: FlaskClient, auth: Auth) -> None:
 
 def test_cron_preview_fragment(app: Flask, client: FlaskClient, auth: Auth) -> None:
     _login_as(app, auth, "viewer")
+    swap = {"HX-Request": "true"}  # the form's fetch; opened directly it is a page (test_fragments_direct.py)
     good = _text(client.get("/tasks/cron-preview", query_string={"cron": "30 2 * * 1-5",
-                                                                 "timezone": "Europe/Berlin"}))
+                                                                 "timezone": "Europe/Berlin"}, headers=swap))
     assert "At 02:30, Monday through Friday" in good and good.count("<li>") == 5
     assert re.search(r"02:30 CES?T <span class=\"muted\">\([0-9-]+ 0[01]:30 UTC\)", good)
-    bad_cron = _text(client.get("/tasks/cron-preview", query_string={"cron": "61 * * * *", "timezone": "UTC"}))
+    bad_cron = _text(client.get("/tasks/cron-preview", query_string={"cron": "61 * * * *", "timezone": "UTC"},
+                                headers=swap))
     assert "field-error" in bad_cron and "61 * * * *" in bad_cron
-    bad_zone = _text(client.get("/tasks/cron-preview", query_string={"cron": "* * * * *", "timezone": "Mars/Base"}))
+    bad_zone = _text(client.get("/tasks/cron-preview", query_string={"cron": "* * * * *", "timezone": "Mars/Base"},
+                                headers=swap))
     assert "timezone" in bad_zone and "Mars/Base" in bad_zone and "<li>" not in bad_zone
-    empty = _text(client.get("/tasks/cron-preview"))
+    empty = _text(client.get("/tasks/cron-preview", headers=swap))
     assert "Type a schedule" in empty
 
 
@@ -238,7 +241,7 @@ def test_create_api_task_masks_its_secrets_everywhere(app: Flask, client: FlaskC
     _assert_no_secret(json.dumps([entry.before, entry.after]))
     for path in ("/tasks/", "/tasks/view/billing", "/tasks/edit/billing", "/tasks/delete/billing",
                  "/tasks/occurrences/billing", "/audit/"):
-        response = client.get(path)
+        response = client.get(path, headers={"HX-Request": "true"} if "occurrences" in path else {})
         assert response.status_code == 200, path
         _assert_no_secret(_text(response))
     edit = html.unescape(_text(client.get("/tasks/edit/billing")))
@@ -498,7 +501,8 @@ def test_trigger_returns_while_a_slow_hook_runs(app: Flask, client: FlaskClient,
     wait_for_status(scheduler, running.occurrence_id, "success")
     rows = scheduler.task_ops.occurrences("slow").rows
     assert [r.status for r in rows] == ["skipped", "success"]
-    assert 'hx-trigger="every 5s"' not in _text(client.get("/tasks/occurrences/slow"))  # polling stops
+    assert 'hx-trigger="every 5s"' not in _text(client.get("/tasks/occurrences/slow",
+                                                           headers={"HX-Request": "true"}))  # polling stops
     entries = _audit(app, "task.trigger")
     assert [(e.after["status"], e.after["existing"]) for e in reversed(entries)] == [
         ("running", False), ("skipped", False), ("running", True)]
