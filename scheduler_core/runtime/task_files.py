@@ -5,7 +5,9 @@ A file is ``{"tasks": [...]}`` (or the list alone); each entry has the fields of
 check every entry point uses. ``${ENV_NAME}`` anywhere in a string is replaced by that
 environment variable when the file is read (``$${`` is a literal ``${``); a variable that is not
 set is an error naming it. Every problem is a ConfigError naming the task and field
-(``tasks.nightly.cron``), found before anything is applied.
+(``tasks.nightly.cron``), found before anything is applied. The file is untrusted: it is read
+through ``bounded_load``, which refuses an alias bomb, a deep nest or a key written twice in one
+mapping, naming the bound and the line.
 
 ``export_tasks`` writes the other way: every value the masking module calls secret (a header
 such as ``Authorization``, a ``password`` param, a URL with a password or a token-like path)
@@ -18,7 +20,6 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -27,6 +28,7 @@ from scheduler_core.errors import ConfigError, SchedulerError
 from scheduler_core.executors import ExecutorRegistry
 from scheduler_core.masking import is_secret_name, mask_url
 from scheduler_core.model import TaskDefinition, validate_task
+from scheduler_core.runtime.bounded_load import MAX_FILE_BYTES, Loaded, load_json, load_yaml
 from scheduler_core.validation import check_id
 
 FILE_FIELDS = ("id", "name", "cron", "description", "timezone", "enabled", "delete_after_run", "idempotent",
@@ -36,7 +38,7 @@ _DEFAULTS = {"description": None, "timezone": "UTC", "enabled": True, "delete_af
              "catchup": None}
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_FILE_BYTES = 10 * 1024 * 1024
+_SHAPES = 'a mapping with "tasks: [...]" or a list of tasks'
 
 
 @dataclass(frozen=True)
@@ -49,13 +51,14 @@ class TaskFile:
 
 def read_task_file(path: str, environ: Mapping[str, str], registry: ExecutorRegistry | None = None) -> TaskFile:
     """The file's tasks, each resolved and validated; ConfigError naming the first problem."""
-    entries = _entries(_load(path))
+    loaded = _load(path)
+    entries = _entries(loaded, path)
     registry = registry or ExecutorRegistry()
     seen: dict[str, int] = {}
     found = []
     for index, entry in enumerate(entries):
         where = _where(entry, index)
-        task = _task(entry, where, environ, registry)
+        task = _task(loaded, entry, where, environ, registry)
         if task.id in seen:
             raise ConfigError(where, f"the id appears twice in the file (entries {seen[task.id] + 1} and {index + 1})")
         seen[task.id] = index
@@ -63,35 +66,59 @@ def read_task_file(path: str, environ: Mapping[str, str], registry: ExecutorRegi
     return TaskFile(path, tuple(found))
 
 
-def _load(path: str) -> Any:
+def _load(path: str) -> Loaded:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)  # never more: a huge file (or /dev/zero) is refused, not read
+        if len(data) > MAX_FILE_BYTES:
+            raise ConfigError("FILE", f"{path} is larger than {MAX_FILE_BYTES} bytes")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("FILE", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    if len(text) > MAX_FILE_BYTES:
-        raise ConfigError("FILE", f"{path} is larger than {MAX_FILE_BYTES} bytes")
+    if path.lower().endswith(".json"):
+        try:
+            return load_json(text, path)
+        except ValueError as exc:
+            raise ConfigError("FILE", f"{path} is not JSON: {exc}") from None
     try:
-        if path.lower().endswith(".json"):
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except ValueError as exc:
-        raise ConfigError("FILE", f"{path} is not JSON: {exc}") from None
+        return load_yaml(text, path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError("FILE", f"{path} is not YAML: {problem}{at}") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise ConfigError("FILE", f"{path} is not YAML: {exc}") from None
 
 
-def _entries(loaded: Any) -> list[Any]:
-    if isinstance(loaded, Mapping):
-        unknown = sorted(str(key) for key in loaded if key != "tasks")
-        if unknown:
-            raise ConfigError(unknown[0][:40], "is not a task file key (the file holds 'tasks': a list of tasks)")
-        loaded = loaded.get("tasks")
-    if not isinstance(loaded, list):
-        raise ConfigError("tasks", f"must be a list of tasks (got {type(loaded).__name__})")
-    return loaded
+def _entries(loaded: Loaded, path: str) -> list[Any]:
+    value = loaded.value
+    if isinstance(value, list):
+        return value
+    if not isinstance(value, Mapping):
+        got = "nothing" if value is None else type(value).__name__
+        raise ConfigError("FILE", f"{path} must hold {_SHAPES} (got {got})")
+    _refuse_unknown(loaded, value, ("tasks",), "", "task file key", f"the file holds {_SHAPES}")
+    if "tasks" not in value:
+        raise ConfigError("tasks", f"is required (the file holds {_SHAPES})")
+    if not isinstance(value["tasks"], list):
+        raise ConfigError("tasks", f"must be a list of tasks (got {type(value['tasks']).__name__})")
+    return list(value["tasks"])
+
+
+def _refuse_unknown(loaded: Loaded, mapping: Mapping[Any, Any], known: tuple[str, ...], where: str, what: str,
+                    hint: str) -> None:
+    """Every key of ``mapping`` not in ``known`` named in one ConfigError, each with its line when known."""
+    unknown = [key for key in mapping if key not in known]
+    if not unknown:
+        return
+    lines = [loaded.line(mapping, key) for key in unknown]
+    if len(unknown) == 1:
+        at = f"line {lines[0]}; " if lines[0] is not None else ""
+        raise ConfigError(f"{where}{str(unknown[0])[:40]}", f"is not a {what} ({at}{hint})")
+    named = ", ".join(str(key)[:40] + (f" (line {line})" if line is not None else "")
+                      for key, line in zip(unknown, lines, strict=True))
+    raise ConfigError(where.rstrip(".") or "FILE", f"{named} are not {what}s ({hint})")
 
 
 def _where(entry: Any, index: int) -> str:
@@ -101,12 +128,11 @@ def _where(entry: Any, index: int) -> str:
     return f"tasks[{index}]"
 
 
-def _task(entry: Any, where: str, environ: Mapping[str, str], registry: ExecutorRegistry) -> TaskDefinition:
+def _task(loaded: Loaded, entry: Any, where: str, environ: Mapping[str, str],
+          registry: ExecutorRegistry) -> TaskDefinition:
     if not isinstance(entry, Mapping):
         raise ConfigError(where, f"must be a mapping of task fields (got {type(entry).__name__})")
-    unknown = sorted(str(key) for key in entry if key not in FILE_FIELDS)
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0][:40]}", f"is not a task field (the fields: {', '.join(FILE_FIELDS)})")
+    _refuse_unknown(loaded, entry, FILE_FIELDS, f"{where}.", "task field", f"the fields: {', '.join(FILE_FIELDS)}")
     for required in ("id", "name", "cron"):
         if required not in entry:
             raise ConfigError(f"{where}.{required}", "is required")

@@ -159,7 +159,7 @@ BAD_FILES = [
     ("tasks:\n  - {id: a, name: A, cron: '0 2 * * *'}\n  - {id: b, name: B, cron: '0 2 * * *', colour: red}",
      "tasks.b.colour", "is not a task field"),
     ("tasks:\n  - {id: a, name: A, cron: '0 2 * * *'}\n  - {id: b, name: B, cron: '0 25 * * *'}",
-     "tasks.b.cron", "out of range"),
+     "tasks.b.cron", "hour takes 0-23"),
     ("tasks:\n  - {id: a, name: A, cron: '0 2 * * *'}\n  - {id: a, name: A2, cron: '0 3 * * *'}",
      "tasks.a", "appears twice in the file (entries 1 and 2)"),
     ("tasks:\n  - {id: a, name: A, cron: '0 2 * * *'}\n  - {id: b, name: B, cron: '0 2 * * *', "
@@ -288,6 +288,6 @@ def test_the_command_runs_as_a_process(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "webapp.cli", "tasks", "apply", str(path)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == "error: hai:scheduler:012 tasks.a.colour: is not a task field (the fields: id, name, " \
-                          "cron, description, timezone, enabled, delete_after_run, idempotent, retry, handler, " \
-                          "params, node_group, catchup)\n"
+    assert done.stderr == "error: hai:scheduler:012 tasks.a.colour: is not a task field (line 2; the fields: id, " \
+                          "name, cron, description, timezone, enabled, delete_after_run, idempotent, retry, " \
+                          "handler, params, node_group, catchup)\n"
