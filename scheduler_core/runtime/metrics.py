@@ -38,7 +38,6 @@ from scheduler_core.store.totals import (
     LATENESS_SUM,
     MISSED,
     TAKEOVERS,
-    TASK,
 )
 
 MAX_TASK_SERIES = 100  # tasks with their own series; the rest share task="_other"
@@ -143,19 +142,12 @@ def _lateness_window(snapshot: MetricsSnapshot) -> Metric:
     return window
 
 
-def _kept_tasks(snapshot: MetricsSnapshot) -> set[str]:
-    """The tasks with their own counter series: the first ``MAX_TASK_SERIES`` counted, by their
-    first count's time, then id (see the module docstring: why not the busiest)."""
-    first = sorted((created_at, scope) for metric, scope, _, _, created_at in snapshot.totals if metric == TASK)
-    return {task for _, task in first[:MAX_TASK_SERIES]}
-
-
 def _counters(snapshot: MetricsSnapshot) -> Iterator[Metric]:
-    kept = _kept_tasks(snapshot)
+    """The counters, from ``metric_totals`` summed per series in SQL (tasks past the first
+    ``MAX_TASK_SERIES`` counted already as ``_other``: see the module docstring)."""
     series: dict[str, dict[tuple[str, ...], int]] = defaultdict(lambda: defaultdict(int))
-    for metric, scope, label, value, _ in snapshot.totals:
-        task = scope if scope in kept or metric == DELIVERIES else OTHER_TASKS  # deliveries: scope is the provider
-        series[metric][(task, label)] += value
+    for metric, scope, label, value in snapshot.totals:
+        series[metric][(scope, label)] += value
     for metric, name, documentation, label_name in _TASK_COUNTERS:
         family = CounterMetricFamily(name, documentation, labels=["task", label_name] if label_name else ["task"])
         for (task, label), value in sorted(series[metric].items()):
@@ -193,7 +185,7 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         try:
-            snapshot = self.repository.snapshot()
+            snapshot = self.repository.snapshot(MAX_TASK_SERIES, OTHER_TASKS)
         except SchedulerError:  # the database does not answer: say so, and nothing else
             yield _gauge("hai_database_up", "Whether the database answered this scrape.", 0)
             return

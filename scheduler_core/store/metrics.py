@@ -1,7 +1,7 @@
 """What ``/metrics`` reports, read from the database in one read transaction per scrape.
 
 Every figure is what the shared database knows, so any node or web worker answers the same.
-Seven statements, each an aggregate over an index range or a small table:
+Eight statements, each an aggregate over an index range or a small table:
 
 1. scalar counts (one statement of scalar subqueries): the DB clock, executions unknown /
    running / queued, log writes pending, tasks (all, paused, disabled, blocked by an unknown
@@ -14,8 +14,9 @@ Seven statements, each an aggregate over an index range or a small table:
    heartbeat and last tick duration;
 6. fire lateness of cron occurrences journaled in the last ``LATENESS_WINDOW_MS``: a cumulative
    histogram computed in SQL from the first attempt's ``started_at`` minus the scheduled minute;
-7. every monotonic total (``metric_totals``, store/totals.py): one row per task and label, never
-   deleted, behind the counters.
+7. the monotonic totals behind the counters (``metric_totals``, store/totals.py, never deleted),
+   summed per series in SQL: two statements, the first ``max_task_series`` tasks counted, then the
+   sums (the other tasks as one series).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from scheduler_core.db.clock import db_now_ms, to_ms
 from scheduler_core.db.tables import executions, logs, nodes, reach_queue, slots, tasks
 from scheduler_core.statuses import ExecutionStatus, LogPersistenceStatus, QueueStatus, Trigger
-from scheduler_core.store.totals import LATENESS_BUCKETS_MS, read_totals
+from scheduler_core.store.totals import LATENESS_BUCKETS_MS, read_series
 from scheduler_core.store.transactions import read
 
 EXECUTION_WINDOW_MS = 24 * 3_600_000  # executions by task and outcome, deliveries: the last day
@@ -69,7 +70,7 @@ class MetricsSnapshot:
     deliveries: tuple[tuple[str, str, int], ...]  # (provider, status, count) ended in the window
     nodes: tuple[NodeBeat, ...]
     lateness: Lateness  # the window's
-    totals: tuple[tuple[str, str, str, int, int], ...] = ()  # (metric, scope, label, value, created_at), all time
+    totals: tuple[tuple[str, str, str, int], ...] = ()  # (metric, series scope, label, value), all time
 
 
 def _count(*conditions: ColumnElement[bool], table: Any = executions) -> Any:
@@ -110,12 +111,13 @@ class MetricsRepository:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def snapshot(self) -> MetricsSnapshot:
-        """Every figure in one read-only transaction (seven statements, see the module docstring).
+    def snapshot(self, max_task_series: int, other: str) -> MetricsSnapshot:
+        """Every figure in one read-only transaction (eight statements, see the module docstring);
+        the counters' tasks after the first ``max_task_series`` as one series, ``other``.
         Changes nothing."""
-        return read(self.engine, self._read)
+        return read(self.engine, lambda conn: self._read(conn, max_task_series, other))
 
-    def _read(self, conn: Connection) -> MetricsSnapshot:
+    def _read(self, conn: Connection, max_task_series: int, other: str) -> MetricsSnapshot:
         named = _scalar_counts(db_now_ms())
         row = conn.execute(select(db_now_ms().label("now"), *(value.label(name) for name, value in named.items()))
                            ).one()
@@ -124,7 +126,8 @@ class MetricsRepository:
         since = now - EXECUTION_WINDOW_MS
         return MetricsSnapshot(now, counts, self._executions(conn, since), self._queue(conn),
                                self._deliveries(conn, since), self._nodes(conn, since),
-                               _lateness(conn, now - LATENESS_WINDOW_MS), tuple(read_totals(conn)))
+                               _lateness(conn, now - LATENESS_WINDOW_MS),
+                               tuple(read_series(conn, max_task_series, other)))
 
     @staticmethod
     def _executions(conn: Connection, since: int) -> tuple[tuple[str, str, int, int], ...]:

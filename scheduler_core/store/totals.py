@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import case, func, literal, or_, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Insert
 
-from scheduler_core.db.clock import db_statement_now_ms, to_ms
+from scheduler_core.db.clock import db_statement_now_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import metric_totals
 
@@ -126,11 +126,22 @@ def _upsert(conn: Connection, rows: Sequence[dict[str, object]]) -> Insert:
     return lite.on_conflict_do_update(index_elements=keys, set_={"value": value + lite.excluded.value})
 
 
-def read_totals(conn: Connection) -> list[tuple[str, str, str, int, int]]:
-    """Every total: (metric, scope, label, value, created_at)."""
+def read_series(conn: Connection, max_task_series: int, other: str) -> list[tuple[str, str, str, int]]:
+    """Every counter series: (metric, scope, label, value), summed in SQL (two statements).
+
+    A task keeps its own scope when it is among the first ``max_task_series`` tasks counted, by
+    its ``task`` row's ``created_at`` (then id), which never changes once committed; the other
+    tasks are summed under ``other``. Deliveries keep their provider. ``task`` rows are left out.
+    """
     t = metric_totals.c
-    return [(str(r[0]), str(r[1]), str(r[2]), int(r[3]), to_ms(r[4], "created_at"))
-            for r in conn.execute(select(t.metric, t.scope, t.label, t.value, t.created_at))]
+    kept = list(conn.execute(select(t.scope).where(t.metric == TASK).order_by(t.created_at, t.scope)
+                             .limit(max_task_series)).scalars())
+    mapped = select(t.metric, case((or_(t.metric == DELIVERIES, t.scope.in_(kept)), t.scope),
+                                   else_=literal(other, t.scope.type)).label("series"), t.label, t.value
+                    ).where(t.metric != TASK).subquery()
+    m = mapped.c
+    rows = conn.execute(select(m.metric, m.series, m.label, func.sum(m.value)).group_by(m.metric, m.series, m.label))
+    return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
 
 
 def lock_tasks(conn: Connection, task_ids: Iterable[str]) -> None:
