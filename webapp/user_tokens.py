@@ -34,7 +34,7 @@ from webapp.auth import require_role
 from webapp.forms import whole_number
 from webapp.htmx import shown_again
 from webapp.node import accounts_of
-from webapp.timefmt import utc_text
+from webapp.timefmt import fsi, utc_text
 
 bp = Blueprint("user_tokens", __name__, url_prefix="/users/tokens")
 _FORM_FIELD = {"name": "token_name", "expires_days": "token_expires_days", "user": "token_name"}
@@ -62,9 +62,10 @@ def _token_list() -> dict[str, Any]:
 
 
 def token_label(token: ApiToken) -> str:
-    """How a person tells a token apart: ``ci (hai_Ab3xYz…, created 2026-12-03 11:02:05 UTC)``."""
+    """How a person tells a token apart: ``ci (hai_Ab3xYz…, created 2026-12-03 11:02:05 UTC)``, the
+    name isolated (``fsi``: a right-to-left override in it cannot reorder the rest)."""
     prefix = f"{token.prefix}…, " if token.prefix else ""
-    return f"{token.name} ({prefix}created {utc_text(token.created_at)})"
+    return f"{fsi(token.name)} ({prefix}created {utc_text(token.created_at)})"
 
 
 def _manage(user: User, errors: dict[str, str], typed: dict[str, str]) -> ResponseReturnValue:

@@ -32,5 +32,5 @@ def test_a_reload_shows_already_shown_and_creates_nothing(page: Any, dashboard: 
     messages: list[str] = []
     page.once("dialog", lambda dialog: (messages.append(dialog.message), dialog.dismiss()))
     rows.get_by_role("button", name="Revoke").click()
-    assert messages and re.fullmatch(rf"Revoke the token reload-check \({re.escape(token[:10])}…, created "
+    assert messages and re.fullmatch(rf"Revoke the token \u2068reload-check\u2069 \({re.escape(token[:10])}…, created "
                                      r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)\? It stops working at once\.", messages[0])

@@ -158,9 +158,9 @@ def test_the_list_and_the_revoke_confirmation_name_the_token_by_prefix_and_time(
     confirm = re.search(r'data-confirm="(Revoke the token [^"]*)"', page)
     assert confirm, page
     created = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", confirm.group(1))
-    assert f"ci ({prefix}…, created " in confirm.group(1) and created
+    assert f"\u2068ci\u2069 ({prefix}…, created " in confirm.group(1) and created  # the name isolated (fsi)
     revoked = admin.post(f"/users/tokens/revoke/grafana/{row['id']}",
                          data={"csrf_token": csrf_token(admin, "/users/manage/grafana")})
     assert revoked.status_code == 303
-    assert f"Token ci ({prefix}…, created {created.group(0)}) of grafana is revoked" in _text(
+    assert f"Token \u2068ci\u2069 ({prefix}…, created {created.group(0)}) of grafana is revoked" in _text(
         admin.get("/users/manage/grafana"))
