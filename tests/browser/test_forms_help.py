@@ -86,7 +86,7 @@ def test_disable_asks_once_and_delete_asks_once(page: Any, dashboard: Dashboard,
     page.get_by_role("button", name="Disable").click()
     page.wait_for_url(re.compile(r".*/tasks/view/report-2$"))
     page.get_by_role("button", name="Enable").wait_for()
-    assert dialogs == ["Disable task report-2? It stops running on its schedule until enabled again."] * 2
+    assert dialogs == ["Disable task \u2068report-2\u2069? It stops running on its schedule until enabled again."] * 2
     assert not _task(dashboard, "report-2").enabled  # type: ignore[union-attr]
     page.get_by_role("link", name="Delete").click()
     page.wait_for_url(re.compile(r".*/tasks/delete/report-2$"))
