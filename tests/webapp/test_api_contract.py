@@ -153,6 +153,14 @@ def test_an_integer_valued_float_is_an_integer(api: Api) -> None:
     assert_problem(refused, 422, field="expected_updated_at")
 
 
+@pytest.mark.parametrize("junk", [" 5", "5 ", "+5", "5_0", "\u0665", "5.0", "-1", ""])
+def test_a_number_in_the_query_is_ascii_digits(api: Api, junk: str) -> None:
+    from urllib.parse import quote
+    assert api.call("GET", "/api/v1/executions?limit=5").status_code == 200
+    problem = assert_problem(api.call("GET", f"/api/v1/executions?limit={quote(junk)}"), 422, field="limit")
+    assert "ASCII digits" in problem["detail"] or junk in ("-1",), problem
+
+
 def test_an_enum_refusal_lists_the_values(api: Api) -> None:
     problem = assert_problem(api.call("GET", "/api/v1/executions?status=nope"), 422, field="status")
     assert "'queued'" in problem["detail"] and "<ExecutionStatus" not in problem["detail"], problem

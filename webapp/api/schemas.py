@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from scheduler_core.model import DESCRIPTION_MAX, MAX_ATTEMPTS_RANGE, NAME_MAX
 from scheduler_core.reach.queue import FAILURE_CLASSES
@@ -67,9 +67,19 @@ class Strict(BaseModel):
 
 
 class Query(BaseModel):
-    """A query string: text read into the declared types, no unknown parameter."""
+    """A query string: text read into the declared types, no unknown parameter. A number is ASCII
+    digits only: pydantic alone would also read `` 5``, ``+5``, ``5_0`` and other scripts' digits."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _digits_only(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields[info.field_name or ""]
+        whole = field.annotation is int or int in getattr(field.annotation, "__args__", ())
+        if whole and isinstance(value, str) and not (value.isascii() and value.isdigit()):
+            raise ValueError(f"must be a whole number in ASCII digits (got {value[:40]!r})")
+        return value
 
 
 # --- path parameters: a handler annotates its own with one of these (core.operation reads them) --
