@@ -26,13 +26,8 @@ from scheduler_core.statuses import (
     LogPersistenceStatus,
     Resolution,
 )
-from scheduler_core.store.journal_queries import (
-    BoundedCount,
-    Cursor,
-    HourBucket,
-    JournalQueries,
-    KeysetPage,
-)
+from scheduler_core.store.journal_queries import BoundedCount, HourBucket, JournalQueries, KeysetPage
+from scheduler_core.store.journal_queries import Cursor as Cursor  # re-exported: the web's page cursors come from here
 from scheduler_core.store.logs import LogFilter
 from scheduler_core.store.unknown_review import UnknownReviewQueries
 from scheduler_core.validation import (

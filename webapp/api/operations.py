@@ -18,7 +18,7 @@ from scheduler_core.masking import mask_values
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.reach.queue import QueueRow
 from scheduler_core.runtime.accounts import MAX_REASON
-from scheduler_core.store.journal_queries import Cursor
+from scheduler_core.runtime.execution_operations import Cursor
 from scheduler_core.validation import check_text
 from webapp.api import schemas as s
 from webapp.api.core import Caller, not_found, operation
