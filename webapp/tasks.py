@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
-from scheduler_core.cron import describe, manual_occurrence_id
+from scheduler_core.cron import describe
 from scheduler_core.errors import (
     ConfigError,
     ConflictError,
@@ -273,7 +273,7 @@ def trigger(task_id: str) -> ResponseReturnValue:
     task = scheduler.task_ops.get(task_id)
     key = request.form.get("idempotency_key", "").strip() or None
     source = request.form.get("source", "").strip() or f"dashboard:{g.user.name}"
-    existed = key is not None and "\x00" not in key and _journaled(manual_occurrence_id(task_id, key))
+    existed = scheduler.repeated_occurrence(task_id, key) is not None
     try:
         occurrence = scheduler.submit(task_id, source=source, idempotency_key=key)
     except ConfigError as exc:
@@ -288,14 +288,6 @@ def trigger(task_id: str) -> ResponseReturnValue:
     else:
         _flash_started(task_id, occurrence, execution.status, execution.reason)
     return redirect(url_for("tasks.detail", task_id=task_id), 303)
-
-
-def _journaled(occurrence_id: str) -> bool:
-    try:
-        scheduler_of(current_app).execution.get(occurrence_id)
-    except ExecutionNotFoundError:
-        return False
-    return True
 
 
 @bp.post("/rerun/<occurrence_id>/<path:task_id>")

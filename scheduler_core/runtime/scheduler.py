@@ -17,6 +17,7 @@ from scheduler_core.errors import (
     AlreadyRunningError,
     ConfigError,
     ConflictError,
+    ExecutionNotFoundError,
     InitFailedError,
     NotInitializedError,
     NotRunningError,
@@ -351,7 +352,7 @@ class Scheduler:
         task = ctx.tasks.get(task_id)
         if task is None:
             raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
-        occurrence_id = manual_occurrence_id(task_id, key) if key else new_occurrence_id()
+        occurrence_id = _manual_occurrence_id(task_id, key)
         request = ClaimRequest(occurrence_id=occurrence_id, task_id=task_id, task_revision=task.revision,
                                trigger=Trigger.MANUAL, max_attempts=task.max_attempts, token=str(uuid.uuid4()),
                                source=source, idempotency_key=key)
@@ -366,6 +367,23 @@ class Scheduler:
                                        reread=True))
         ctx.register_runner(runner)  # before it runs: close() waits for it from now on
         return occurrence_id, runner
+
+    def repeated_occurrence(self, task_id: str, idempotency_key: str | None) -> str | None:
+        """The journaled occurrence a manual trigger of ``task_id`` with ``idempotency_key`` would
+        return instead of running again; None without a key, with a key ``submit`` refuses, or when
+        no occurrence has that key yet. (The answer may be stale by the time ``submit`` claims.)"""
+        try:
+            key = check_optional_id(idempotency_key, "idempotency_key")
+        except ConfigError:
+            return None  # submit refuses this key: nothing can be repeated
+        if key is None:
+            return None
+        occurrence_id = _manual_occurrence_id(task_id, key)
+        try:
+            self.execution.get(occurrence_id)
+        except ExecutionNotFoundError:
+            return None
+        return occurrence_id
 
     @staticmethod
     def _hand_off(ctx: RuntimeContext, task: TaskDefinition, request: ClaimRequest) -> None:
@@ -416,3 +434,9 @@ class Scheduler:
         check_page(limit, offset)
         where = check_log_filter(task_id, status, trigger_source, started_after, started_before)
         return ctx.logs.query(where, limit, offset)
+
+
+def _manual_occurrence_id(task_id: str, key: str | None) -> str:
+    """A manual trigger's occurrence id: derived from (task, key) so that a repeated key finds the
+    same occurrence; random without a key. ``key`` has passed ``check_optional_id``."""
+    return manual_occurrence_id(task_id, key) if key else new_occurrence_id()

@@ -16,8 +16,7 @@ from typing import Any
 
 from flask import current_app
 
-from scheduler_core.cron import manual_occurrence_id
-from scheduler_core.errors import ConfigError, ExecutionNotFoundError
+from scheduler_core.errors import ConfigError
 from scheduler_core.model import RetryPolicy, TaskDefinition
 from scheduler_core.runtime.task_operations import TaskRow, restore_masked
 from webapp.api import schemas as s
@@ -152,17 +151,9 @@ def trigger_task(caller: Caller, body: s.TriggerIn, task_id: s.TaskId) -> s.Trig
     scheduler.task_ops.get(task_id)
     key = (body.idempotency_key or "").strip() or None
     source = (body.source or "").strip() or f"api:{caller.name}"
-    existed = key is not None and "\x00" not in key and _journaled(manual_occurrence_id(task_id, key))
+    existed = scheduler.repeated_occurrence(task_id, key) is not None
     occurrence = scheduler.submit(task_id, source=source, idempotency_key=key)
     execution = scheduler.execution.get(occurrence)
     caller.audit("task.trigger", task_id, after={"occurrence_id": occurrence, "status": execution.status,
                                                  "source": source, "idempotency_key": key, "existing": existed})
     return s.Triggered(occurrence_id=occurrence, status=execution.status, reason=execution.reason, existing=existed)
-
-
-def _journaled(occurrence_id: str) -> bool:
-    try:
-        scheduler_of(current_app).execution.get(occurrence_id)
-    except ExecutionNotFoundError:
-        return False
-    return True
