@@ -2,8 +2,9 @@
 
 Two roots: :class:`SchedulerError` (``hai:scheduler:0NN``; the database layer's
 ``hai:reldb:0NN`` errors derive from it) and :class:`ReachError` for notifications
-(``hai:reach:0NN``). Codes are the contract shown by the dashboard and written to logs;
-messages are for people and may change.
+(``hai:reach:0NN``). An invalid value is a :class:`ConfigurationError` on either side:
+:class:`ConfigError` under SchedulerError, :class:`ReachConfigError` under ReachError. Codes are
+the contract shown by the dashboard and written to logs; messages are for people and may change.
 """
 
 from __future__ import annotations
@@ -26,6 +27,15 @@ class _CodedError(Exception):
         return f"{self.code} {self.message}"
 
 
+class ConfigurationError(_CodedError):
+    """Root of the invalid-value errors, ConfigError and ReachConfigError; ``field`` names the
+    value (dotted path). Neither is under the other's root: each keeps its own root and code."""
+
+    def __init__(self, field: str, message: str, **details: Any) -> None:
+        super().__init__(f"{field}: {message}", field=field, **details)
+        self.field = field
+
+
 class SchedulerError(_CodedError):
     """Root of every error raised by scheduler_core (the notification module has ReachError)."""
 
@@ -41,14 +51,10 @@ class InitFailedError(SchedulerError):
     code, name = "hai:scheduler:011", "INIT_FAILED"
 
 
-class ConfigError(SchedulerError):
+class ConfigError(ConfigurationError, SchedulerError):
     """A configuration value is invalid; ``field`` names it (dotted path)."""
 
     code, name = "hai:scheduler:012", "CONFIG_ERROR"
-
-    def __init__(self, field: str, message: str, **details: Any) -> None:
-        super().__init__(f"{field}: {message}", field=field, **details)
-        self.field = field
 
 
 class TaskNotFoundError(SchedulerError):
@@ -197,14 +203,10 @@ class UnsupportedTypeError(ReachError):
     code, name = "hai:reach:011", "UNSUPPORTED_TYPE"
 
 
-class ReachConfigError(ReachError):
+class ReachConfigError(ConfigurationError, ReachError):
     """Invalid notification configuration or input; ``field`` names it."""
 
     code, name = "hai:reach:012", "CONFIG_ERROR"
-
-    def __init__(self, field: str, message: str, **details: Any) -> None:
-        super().__init__(f"{field}: {message}", field=field, **details)
-        self.field = field
 
 
 class DeliveryRejectedError(ReachError):
