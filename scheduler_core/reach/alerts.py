@@ -17,21 +17,21 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
+
+from sqlalchemy.engine import Engine
 
 from scheduler_core.cron import MINUTE_MS
 from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFoundError
 from scheduler_core.reach.alert_rules import ALERT_VARIABLES, AlertEvent, AlertRule
+from scheduler_core.reach.config import DndConfig, QueuePolicy, TemplateConfig
 from scheduler_core.reach.dnd import in_window, window_end_ms
 from scheduler_core.reach.templates import render, variables
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.alerts import AlertMessage, AlertRepository, JournalEvent, Probe, RaisedAlert
 from scheduler_core.store.transactions import AutocommitLine
 from scheduler_core.validation import check_int, check_ms, check_optional_text
-
-if TYPE_CHECKING:
-    from scheduler_core.reach.service import Reach
 
 logger = logging.getLogger("scheduler_core.reach.alerts")
 PAGE = 200  # facts read per statement
@@ -78,10 +78,25 @@ class ClusterIdle:
         return max(0, self.now_ms - self.now_ms % MINUTE_MS - self.gap_from)
 
 
+class AlertsHost(Protocol):
+    """What alerts need of the notification service that owns them (``Reach``), declared here
+    so that this module does not import reach/service.py, which imports it."""
+
+    def require_engine(self) -> Engine: ...
+
+    def find_template(self, name: Any) -> TemplateConfig: ...
+
+    def provider_names(self) -> list[str]: ...
+
+    def dnd(self) -> DndConfig: ...
+
+    def queue_policy(self) -> QueuePolicy: ...
+
+
 class Alerts:
     """``reach.alerts``: rules (configured and stored), detection, a test alert, the list."""
 
-    def __init__(self, reach: Reach) -> None:
+    def __init__(self, reach: AlertsHost) -> None:
         self._reach = reach
         self._configured: tuple[AlertRule, ...] = ()
         self._stored: tuple[AlertRule, ...] = ()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from scheduler_core.config import SchedulerConfig
-from scheduler_core.executors import ExecutorRegistry
-from scheduler_core.model import TaskDefinition
+from scheduler_core.executors import CancelSignal, ExecutorRegistry
+from scheduler_core.model import Execution, TaskDefinition
 from scheduler_core.runtime.batching import OwnerWrites
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.leases import DbClockEstimate, LeaseKeeper
@@ -16,8 +16,29 @@ from scheduler_core.store import ExecutionRepository, LogRepository, NodeReposit
 from scheduler_core.store.handoff import HandoffRepository
 from scheduler_core.store.retention import JournalRetention
 
-if TYPE_CHECKING:
-    from scheduler_core.runtime.runner import Runner
+
+class OwnedExecution(Protocol):
+    """What the context reads of a runner's ``Ownership`` (runtime/runner.py)."""
+
+    @property
+    def execution(self) -> Execution: ...
+
+    @property
+    def token(self) -> str: ...
+
+
+class RegisteredRunner(Protocol):
+    """What the context and the node need of a registered runner (runtime/runner.py's Runner),
+    declared here so that this module does not import runner.py, which imports it."""
+
+    @property
+    def owned(self) -> OwnedExecution: ...
+
+    @property
+    def signal(self) -> CancelSignal: ...
+
+    @property
+    def committing(self) -> bool: ...
 
 
 class RuntimeContext:
@@ -39,7 +60,7 @@ class RuntimeContext:
         self.writes = OwnerWrites(executions, logs)  # group commits of begins and terminal commits
         self.forget_task = forget_task
         self.kinds = executors.available_kinds()  # found at init(): js only where Node.js is
-        self._runners: dict[str, Runner] = {}
+        self._runners: dict[str, RegisteredRunner] = {}
         self._lock = threading.Lock()
         self.idle = threading.Condition(self._lock)
 
@@ -58,18 +79,18 @@ class RuntimeContext:
         _, alive = self.nodes.alive(3 * self.config.heartbeat_interval_ms)
         return any(node.can_run(task.handler_kind, task.node_group) for node in alive)
 
-    def register_runner(self, runner: Runner) -> None:
+    def register_runner(self, runner: RegisteredRunner) -> None:
         with self._lock:
             self._runners[runner.owned.token] = runner
         self.leases.add(runner.owned.token, runner.signal)
 
-    def unregister_runner(self, runner: Runner) -> None:
+    def unregister_runner(self, runner: RegisteredRunner) -> None:
         self.leases.remove(runner.owned.token)
         with self._lock:
             self._runners.pop(runner.owned.token, None)
             self.idle.notify_all()
 
-    def runners(self) -> list[Runner]:
+    def runners(self) -> list[RegisteredRunner]:
         with self._lock:
             return list(self._runners.values())
 

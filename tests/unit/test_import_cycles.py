@@ -1,8 +1,9 @@
-"""No import cycle among the product's modules, outside ``if TYPE_CHECKING:`` blocks.
+"""No import cycle among the product's modules.
 
-Imports inside functions count: a lazy import that hides a cycle is still a cycle. The layer
-contracts (``lint-imports``, configured in pyproject.toml) say which way the arrows point; this
-test says there is no loop at all, also inside one package.
+Imports inside functions and inside ``if TYPE_CHECKING:`` blocks count: a lazy import or a
+type-only import that hides a cycle is still a cycle (declare a Protocol on the side that uses
+the other instead). The layer contracts (``lint-imports``, configured in pyproject.toml) say
+which way the arrows point; this test says there is no loop at all, also inside one package.
 """
 
 from __future__ import annotations
@@ -21,21 +22,12 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def imported(tree: ast.AST, package: str, modules: set[str]) -> set[str]:
-    """The product modules a module imports at run time (``from x import y`` may name a module)."""
+    """The product modules a module imports, at run time or for type checking only (``from x
+    import y`` may name a module)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in modules)
         elif isinstance(node, ast.ImportFrom):
@@ -116,7 +108,10 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 @pytest.mark.parametrize(("source", "expected"), [
     ("from scheduler_core.store import rows\n", {"scheduler_core.store", "scheduler_core.store.rows"}),
-    ("import typing\nif typing.TYPE_CHECKING:\n    from scheduler_core.store import rows\n", set()),
+    ("import typing\nif typing.TYPE_CHECKING:\n    from scheduler_core.store import rows\n",
+     {"scheduler_core.store", "scheduler_core.store.rows"}),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .rows import one_row\n",
+     {"scheduler_core.store.rows"}),
     ("def f():\n    from scheduler_core.store.rows import one_row\n", {"scheduler_core.store.rows"}),
     ("from .rows import one_row\n", {"scheduler_core.store.rows"}),
 ])
