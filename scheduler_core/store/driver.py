@@ -15,10 +15,7 @@ store relies on:
   a deadlock as before), and a lost connection invalidates the SQLAlchemy connection, as its
   own error handling does.
 
-Parameters given at run time must need no type processing (strings and integers: the
-batches' JSON documents and array literals); the statement's literal values are processed
-once, when it is compiled, and a value read by a callable (the test DB-clock offset,
-db/clock.py) each time it runs.
+What the parameters may be: ``DriverStatement``.
 """
 
 from __future__ import annotations
@@ -72,7 +69,12 @@ class _Scalars:
 
 class DriverStatement:
     """A statement compiled once (for the first connection's dialect) and run on the cursor.
-    Shared by threads: its compiled form is replaced whole, never changed in place."""
+    Shared by threads: its compiled form is replaced whole, never changed in place.
+
+    Parameters given at run time must need no type processing (strings and integers: the
+    batches' JSON documents and array literals); the statement's literal values are processed
+    once, when it is compiled, and a value read by a callable (the test DB-clock offset,
+    db/clock.py) each time it runs."""
 
     def __init__(self, statement: Any) -> None:
         self.statement = statement

@@ -2,10 +2,9 @@
 
 A writer gathers what its transaction changes in a ``Tally`` and calls ``Tally.write(conn)``
 inside that same transaction: a rolled-back transition counts nothing, a committed one counts
-once. ``write`` is ONE upsert statement for the whole tally (``value = value + n``), its rows in
-key order so that concurrent writers lock them alike (no InnoDB deadlock between two batches).
-Rows are per task (deliveries: per provider), never one global row every node would queue on.
-Nothing deletes a row: journal retention and task deletion leave the totals as they are.
+once, with ONE upsert statement for the whole tally. Rows are per task (deliveries: per
+provider), never one global row every node would queue on. Nothing deletes a row: journal
+retention and task deletion leave the totals as they are.
 
 What is counted, by ``metric`` (``scope``, ``label``):
 
@@ -18,9 +17,7 @@ What is counted, by ``metric`` (``scope``, ``label``):
 - ``lateness`` (task, bucket): cron occurrences by fire lateness -- the first attempt's start
   minus the scheduled minute -- in the first bucket of ``LATENESS_BUCKETS_MS`` that holds it
   (``+Inf`` beyond), not cumulative; label ``sum`` adds the milliseconds;
-- ``task`` (task, ""): written with a task's first count and never changed after, so its
-  ``created_at`` is the stable order that picks the tasks with their own series (``value``:
-  the transitions counted for the task).
+- ``task`` (task, ""): the task's own row, whose ``created_at`` orders the series (``Tally._task``).
 """
 
 from __future__ import annotations
@@ -66,6 +63,10 @@ class Tally:
         return bool(self.counts)
 
     def _task(self, metric: str, task_id: str, label: str, n: int) -> Tally:
+        """Count ``n`` under ``metric`` and under ``task`` (task, ""). That row is written with a
+        task's first count and never changed after, so its ``created_at`` is the stable order
+        that picks the tasks with their own series (``value``: the transitions counted for the
+        task)."""
         if n > 0:
             self.counts[(metric, task_id, label)] += n
             self.counts[(TASK, task_id, "")] += n
@@ -102,8 +103,9 @@ class Tally:
 
     def write(self, conn: Connection) -> None:
         """Add the tally to ``metric_totals`` in ``conn``'s transaction: one upsert statement (none
-        when empty). New rows take ``created_at`` = the statement's DB time; existing rows change
-        ``value`` only."""
+        when empty), ``value = value + n``, its rows in key order so that concurrent writers lock
+        them alike (no InnoDB deadlock between two batches). New rows take ``created_at`` = the
+        statement's DB time; existing rows change ``value`` only."""
         if not self.counts:
             return
         now = db_statement_now_ms()

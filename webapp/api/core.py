@@ -16,10 +16,7 @@
 
 ``operation`` registers a handler on the blueprint and in ``OPERATIONS``, from which
 ``openapi.py`` builds the document: one declaration serves validation and documentation.
-
-Every path under /api/v1 answers ``OPTIONS`` with 204 and ``Allow`` (no token needed: it says
-only which methods the path has, as the public document does), and a method it does not have
-with a 405 problem carrying ``Allow`` (webapp/errors.py).
+Every path answers ``OPTIONS`` without a token, and a method it does not have with 405 (``options``).
 """
 
 from __future__ import annotations
@@ -335,7 +332,11 @@ def not_found(detail: str) -> ApiProblem:
 
 
 def options() -> Response | None:
-    """``OPTIONS`` on an API path: 204 and the methods it has, before any token is asked for."""
+    """``OPTIONS`` on an API path: 204 and the methods it has, before any token is asked for.
+
+    Every path under /api/v1 answers ``OPTIONS`` with 204 and ``Allow`` (no token needed: it says
+    only which methods the path has, as the public document does), and a method it does not have
+    with a 405 problem carrying ``Allow`` (webapp/errors.py)."""
     if request.method != "OPTIONS":
         return None
     allowed = current_app.url_map.bind_to_environ(request.environ).allowed_methods()
