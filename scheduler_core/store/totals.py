@@ -17,7 +17,7 @@ What is counted, by ``metric`` (``scope``, ``label``):
 - ``lateness`` (task, bucket): cron occurrences by fire lateness -- the first attempt's start
   minus the scheduled minute -- in the first bucket of ``LATENESS_BUCKETS_MS`` that holds it
   (``+Inf`` beyond), not cumulative; label ``sum`` adds the milliseconds;
-- ``task`` (task, ""): the task's own row, whose ``created_at`` orders the series (``Tally._task``).
+- ``task`` (task, ""): a lock row only (``lock_tasks``); the series are ordered by each task's oldest row.
 """
 
 from __future__ import annotations
@@ -63,13 +63,12 @@ class Tally:
         return bool(self.counts)
 
     def _task(self, metric: str, task_id: str, label: str, n: int) -> Tally:
-        """Count ``n`` under ``metric`` and under ``task`` (task, ""). That row is written with a
-        task's first count and never changed after, so its ``created_at`` is the stable order
-        that picks the tasks with their own series (``value``: the transitions counted for the
-        task)."""
+        """Count ``n`` under ``metric`` for the task. Nothing else is written for it: a row every
+        count of a task touched would be locked by an owner frozen inside its terminal commit,
+        and the next claim batch that skips one of that task's minutes would wait on it with
+        every other task of the batch (tests/faults/test_pause.py)."""
         if n > 0:
             self.counts[(metric, task_id, label)] += n
-            self.counts[(TASK, task_id, "")] += n
         return self
 
     def execution(self, task_id: str, status: str, n: int = 1) -> Tally:
@@ -132,12 +131,15 @@ def read_series(conn: Connection, max_task_series: int, other: str) -> list[tupl
     """Every counter series: (metric, scope, label, value), summed in SQL (two statements).
 
     A task keeps its own scope when it is among the first ``max_task_series`` tasks counted, by
-    its ``task`` row's ``created_at`` (then id), which never changes once committed; the other
-    tasks are summed under ``other``. Deliveries keep their provider. ``task`` rows are left out.
+    the ``created_at`` of its oldest row (then id): rows are never deleted and ``created_at``
+    never changes, so a task's place only moves when a row older than another task's first one
+    commits after it (the same milliseconds, at the 100th task). The other tasks are summed under
+    ``other``. Deliveries keep their provider. ``task`` rows (``lock_tasks``) are left out.
     """
     t = metric_totals.c
-    kept = list(conn.execute(select(t.scope).where(t.metric == TASK).order_by(t.created_at, t.scope)
-                             .limit(max_task_series)).scalars())
+    first = func.min(t.created_at)
+    kept = list(conn.execute(select(t.scope).where(t.metric.not_in((TASK, DELIVERIES))).group_by(t.scope)
+                             .order_by(first, t.scope).limit(max_task_series)).scalars())
     mapped = select(t.metric, case((or_(t.metric == DELIVERIES, t.scope.in_(kept)), t.scope),
                                    else_=literal(other, t.scope.type)).label("series"), t.label, t.value
                     ).where(t.metric != TASK).subquery()

@@ -36,7 +36,8 @@ API_VIEWER = ("api.list_tasks", "api.get_task", "api.list_executions", "api.get_
               "api.list_log_failures", "api.list_dead", "api.list_unknown_deliveries", "api.list_nodes", "api.health")
 API_OPERATOR = ("api.pause_task", "api.resume_task", "api.trigger_task", "api.resolve_execution", "api.repair_log",
                 "api.repair_all_logs", "api.requeue_dead", "api.resolve_delivery")
-API_ADMIN = ("api.create_task", "api.update_task", "api.delete_task", "user_tokens.create", "user_tokens.revoke")
+API_ADMIN = ("api.create_task", "api.update_task", "api.delete_task", "user_tokens.create", "user_tokens.revoke",
+             "user_tokens.created")
 NEEDED = {**dict.fromkeys(OPERATOR + API_OPERATOR, "operator"), **dict.fromkeys(ADMIN + API_ADMIN, "admin"),
           **dict.fromkeys(API_VIEWER, "viewer")}
 
