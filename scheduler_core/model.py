@@ -13,7 +13,10 @@ from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError
 from scheduler_core.masking import mask_values, masked_handler
 from scheduler_core.statuses import TERMINAL_STATUSES, ExecutionStatus, LogPersistenceStatus, Trigger
+from scheduler_core.task_schema import Section, TaskField, Widget, declare, task_fields
 from scheduler_core.validation import (
+    GROUP_MAX,
+    ID_MAX,
     check_bool,
     check_choice,
     check_group,
@@ -122,25 +125,60 @@ class Pause:
 
 @dataclass(frozen=True)
 class TaskDefinition:
-    """A scheduled task. Stored fields are filled in by the repository."""
+    """A scheduled task. Each field carries its ``TaskField`` declaration (``task_schema``), from which
+    the store's columns, the task file, the update path, the form and the API are derived; the
+    stored fields are filled in by the repository."""
 
-    id: str  # 1..128 characters, unique
-    name: str  # shown to operators
-    cron: str  # five-field cron expression, matched per minute on the DB clock
-    description: str | None = None
-    timezone: str = "UTC"  # IANA zone the cron fields are read in; never the node's TZ
-    enabled: bool = True
-    delete_after_run: bool = False  # delete after the first success (matching revision)
-    idempotent: bool = False  # only then: takeover after a dead owner, and retries
-    retry: RetryPolicy | None = None  # None = one attempt
-    handler: Mapping[str, Any] | None = None  # {"kind": "hook" | "api" | ...}; None = host hook
-    params: Mapping[str, Any] | None = None  # JSON object handed to the handler
-    node_group: str | None = None  # runs only on nodes in this group; None: on any node able to run it
-    catchup: CatchupPolicy | None = None  # None: occurrences missed during downtime are journaled only
-    revision: int = 0  # stored: incremented by every change
-    paused: Pause | None = None  # stored: set by Scheduler.pause, cleared by resume
-    created_at: int | None = None  # stored: DB-clock ms
-    updated_at: int | None = None  # stored: DB-clock ms; the version operators compare-and-set
+    id: str = declare(TaskField(
+        "Id", Widget.ID, Section.TASK, "Unique, 1 to 128 characters; it cannot be changed later.", updatable=False,
+        max_length=ID_MAX))
+    name: str = declare(TaskField("Name", Widget.LINE, Section.TASK, "Shown to operators.", max_length=NAME_MAX,
+                                  example="Nightly export (renamed)"))
+    cron: str = declare(TaskField(
+        "Cron expression", Widget.CRON, Section.SCHEDULE,
+        "Five fields: minute hour day-of-month month day-of-week (e.g. 30 2 * * 1-5), or @daily, @hourly ...",
+        max_length=255, example="30 2 * * 1-5"))  # matched per minute on the DB clock
+    description: str | None = declare(TaskField("Description", Widget.TEXT, Section.TASK, max_length=DESCRIPTION_MAX,
+                                                example="Two lines\nof description"), None)
+    timezone: str = declare(TaskField(
+        "Time zone", Widget.ZONE, Section.SCHEDULE,
+        "The IANA zone the schedule is read in (e.g. Europe/Berlin); empty means UTC.", max_length=255,
+        example="Europe/Berlin"), "UTC")  # never the node's TZ
+    enabled: bool = declare(TaskField("Enabled (runs on its schedule)", Widget.CHECK, Section.SCHEDULE,
+                                      example=False), True)
+    delete_after_run: bool = declare(TaskField(  # delete after the first success (matching revision)
+        "Delete after its first successful run", Widget.CHECK, Section.EXECUTION, example=True), False)
+    idempotent: bool = declare(TaskField(  # only then: takeover after a dead owner, and retries
+        "Idempotent (safe to run twice: retries and takeover after a lost node)", Widget.CHECK, Section.EXECUTION,
+        example=True), False)
+    retry: RetryPolicy | None = declare(TaskField(  # None = one attempt
+        "Retry", Widget.RETRY, Section.EXECUTION, "1 to 100 attempts, counting the first; more than 1 only retries "
+        "idempotent tasks. The delays are comma-separated milliseconds; the last one repeats.",
+        example={"max_attempts": 3, "backoff_ms": [1000, 5000]}), None)
+    handler: Mapping[str, Any] | None = declare(TaskField(  # {"kind": "hook" | "api" | ...}; None = host hook
+        "Handler", Widget.HANDLER, Section.TASK, secret=True,
+        example={"kind": "api", "url": "http://127.0.0.1:9/hook", "method": "PUT", "headers": {"X-Team": "ops"},
+                 "timeout": 5000}), None)
+    params: Mapping[str, Any] | None = declare(TaskField(  # JSON object handed to the handler
+        "Params (JSON object)", Widget.JSON, Section.EXECUTION,
+        "Handed to the handler. Secret values show as ***; leave *** to keep the stored value.", secret=True,
+        example={"table": "orders", "limit": 5}), None)
+    node_group: str | None = declare(TaskField(  # None: on any node able to run it
+        "Node group", Widget.GROUP, Section.ROUTING,
+        "Runs only on nodes started in this group (--group); empty: on any node able to run it.",
+        max_length=GROUP_MAX, example="batch"), None)
+    catchup: CatchupPolicy | None = declare(TaskField(  # None: occurrences missed during downtime are journaled only
+        "Catch-up after downtime", Widget.CATCHUP, Section.ROUTING,
+        "What a node does with occurrences nobody ran while the cluster was down, and how far back it looks.",
+        example={"policy": "latest", "window_ms": 600_000}), None)
+    revision: int = declare(TaskField("Revision", Widget.STORED, Section.STORED, updatable=False),
+                            0)  # incremented by every change
+    paused: Pause | None = declare(TaskField(  # set by Scheduler.pause, cleared by resume
+        "Paused", Widget.STORED, Section.STORED, updatable=False, role="operator"), None)
+    created_at: int | None = declare(TaskField("Created", Widget.STORED, Section.STORED, updatable=False),
+                                     None)  # DB-clock ms
+    updated_at: int | None = declare(TaskField(  # DB-clock ms; the version operators compare-and-set
+        "Updated", Widget.STORED, Section.STORED, updatable=False), None)
 
     @property
     def max_attempts(self) -> int:
@@ -170,8 +208,11 @@ class TaskDefinition:
 
     def same_definition(self, other: TaskDefinition) -> bool:
         """Equal in everything a user declares (ignores revision and timestamps)."""
-        stored = ("revision", "created_at", "updated_at", "paused")
-        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name not in stored)
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in DECLARED)
+
+
+DECLARED = task_fields(TaskDefinition, declared=True)  # what a user declares, in order
+UPDATABLE_FIELDS = tuple(f.name for f in DECLARED if f.spec.updatable)
 
 
 PARAMS_MAX_BYTES = 64 * 1024  # a task's params as compact UTF-8 JSON: stored in every journal read of the task
@@ -197,8 +238,9 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
     description = check_optional_text(task.description, "description", DESCRIPTION_MAX)
     cron = validate_cron(task.cron)
     timezone = validate_timezone(task.timezone)
-    for name in ("enabled", "delete_after_run", "idempotent"):
-        check_bool(getattr(task, name), name)
+    for item in DECLARED:
+        if item.spec.widget is Widget.CHECK:
+            check_bool(getattr(task, item.name), item.name)
     retry = RetryPolicy.parse(task.retry)
     catchup = CatchupPolicy.parse(task.catchup)
     if task.node_group is not None:
@@ -214,8 +256,18 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
                    handler=handler, catchup=catchup)
 
 
-UPDATABLE_FIELDS = ("name", "cron", "description", "timezone", "enabled", "delete_after_run", "idempotent",
-                    "retry", "handler", "params", "node_group", "catchup")
+
+
+def declared_json(task: TaskDefinition) -> dict[str, Any]:
+    """The declared fields as JSON values (the store's columns, a task file's entry): policies as
+    their mappings, mappings as dicts."""
+    return {f.name: _json_value(getattr(task, f.name)) for f in DECLARED}
+
+
+def _json_value(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 @dataclass(frozen=True)

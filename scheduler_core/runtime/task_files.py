@@ -27,15 +27,13 @@ import yaml
 from scheduler_core.errors import ConfigError, SchedulerError
 from scheduler_core.executors import ExecutorRegistry
 from scheduler_core.masking import is_secret_name, mask_url
-from scheduler_core.model import TaskDefinition, validate_task
+from scheduler_core.model import DECLARED, TaskDefinition, declared_json, validate_task
 from scheduler_core.runtime.bounded_load import MAX_FILE_BYTES, Loaded, load_json, load_yaml
 from scheduler_core.validation import check_id
 
-FILE_FIELDS = ("id", "name", "cron", "description", "timezone", "enabled", "delete_after_run", "idempotent",
-               "retry", "handler", "params", "node_group", "catchup")
-_DEFAULTS = {"description": None, "timezone": "UTC", "enabled": True, "delete_after_run": False,
-             "idempotent": False, "retry": None, "handler": None, "params": None, "node_group": None,
-             "catchup": None}
+FILE_FIELDS = tuple(f.name for f in DECLARED)
+REQUIRED_FIELDS = tuple(f.name for f in DECLARED if f.required)
+_DEFAULTS = {f.name: f.default for f in DECLARED if not f.required}
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHAPES = 'a mapping with "tasks: [...]" or a list of tasks'
@@ -133,7 +131,7 @@ def _task(loaded: Loaded, entry: Any, where: str, environ: Mapping[str, str],
     if not isinstance(entry, Mapping):
         raise ConfigError(where, f"must be a mapping of task fields (got {type(entry).__name__})")
     _refuse_unknown(loaded, entry, FILE_FIELDS, f"{where}.", "task field", f"the fields: {', '.join(FILE_FIELDS)}")
-    for required in ("id", "name", "cron"):
+    for required in REQUIRED_FIELDS:
         if required not in entry:
             raise ConfigError(f"{where}.{required}", "is required")
     values = {str(key): resolve_references(value, f"{where}.{key}", environ) for key, value in entry.items()}
@@ -191,12 +189,8 @@ def export_tasks(stored: list[TaskDefinition], as_json: bool = False) -> Export:
 
 
 def _exported(task: TaskDefinition, references: dict[str, str]) -> dict[str, Any]:
-    data: dict[str, Any] = {"id": task.id, "name": task.name, "cron": task.cron}
-    for name in FILE_FIELDS[3:]:
-        value = getattr(task, name)
-        value = value.to_json() if hasattr(value, "to_json") else value
-        if value != _DEFAULTS[name]:
-            data[name] = value
+    data = {name: value for name, value in declared_json(task).items()
+            if name in REQUIRED_FIELDS or value != _json_default(name)}
 
     def leaf(value: Any, path: str, secret: bool) -> Any:
         return _reference(task.id, value, path, secret, references)
@@ -208,6 +202,11 @@ def _exported(task: TaskDefinition, references: dict[str, str]) -> dict[str, Any
         if isinstance(data.get(name), str):
             data[name] = str(data[name]).replace("${", "$${")
     return data
+
+
+def _json_default(name: str) -> Any:
+    default = _DEFAULTS[name]
+    return default.to_json() if hasattr(default, "to_json") else default
 
 
 def _walk(value: Any, path: str, secret: bool, leaf: Callable[[Any, str, bool], Any]) -> Any:

@@ -23,10 +23,11 @@ from scheduler_core.errors import (
     SchedulerError,
     TaskAlreadyExistsError,
 )
-from scheduler_core.model import CatchupPolicy, Pause, RetryPolicy, TaskDefinition, validate_task
+from scheduler_core.model import DECLARED, Pause, TaskDefinition, declared_json, validate_task
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore
 from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
+from scheduler_core.task_schema import DeclaredField, Widget
 
 TASKS_VERSION = "tasks_version"
 TICKED_THROUGH = "ticked_through"  # the last minute a node of the cluster planned (0: none yet)
@@ -56,13 +57,10 @@ def task_from_row(row: Row[Any] | Mapping[str, Any]) -> TaskDefinition:
             raise ValueError("handler is not a JSON object")
         if params is not None and not isinstance(params, Mapping):
             raise ValueError("params is not a JSON object")
+        declared = {f.name: _from_column(f, data[f.name]) for f in DECLARED}
         return validate_task(TaskDefinition(
-            id=data["id"], name=data["name"], cron=data["cron"], description=data["description"],
-            timezone=data["timezone"], enabled=bool(data["enabled"]),
-            delete_after_run=bool(data["delete_after_run"]), idempotent=bool(data["idempotent"]),
-            retry=RetryPolicy.parse(data["retry"]), handler=handler, params=params,
-            node_group=data["node_group"], catchup=CatchupPolicy.parse(data["catchup"]),
-            revision=to_ms(data["revision"], "revision"), created_at=to_ms(data["created_at"], "created_at"),
+            **declared, revision=to_ms(data["revision"], "revision"),
+            created_at=to_ms(data["created_at"], "created_at"),
             updated_at=to_ms(data["updated_at"], "updated_at"), paused=_pause_from(data)), stored=True)
     except (SchedulerError, ValueError, TypeError, KeyError) as exc:
         raise InvalidStoredValueError(f"stored task {data.get('id')!r} is unreadable: {exc}",
@@ -76,15 +74,16 @@ def _pause_from(data: Any) -> Pause | None:
                  data["paused_by"], data["paused_reason"])
 
 
+def _from_column(declared: DeclaredField, value: Any) -> Any:
+    """A column's value as the definition holds it (a boolean is 0 / 1 on SQLite and MariaDB)."""
+    return bool(value) if declared.spec.widget is Widget.CHECK else value
+
+
 def _columns(task: TaskDefinition) -> dict[str, Any]:
-    """The declared columns (a pause is not declared: pause / resume change it)."""
-    return {
-        "name": task.name, "cron": task.cron, "description": task.description, "timezone": task.timezone,
-        "enabled": task.enabled, "delete_after_run": task.delete_after_run, "idempotent": task.idempotent,
-        "retry": task.retry.to_json() if task.retry else None, "handler": dict(task.handler) if task.handler else None,
-        "params": dict(task.params) if task.params is not None else None, "node_group": task.node_group,
-        "catchup": task.catchup.to_json() if task.catchup else None,
-    }
+    """The declared columns, one per declared field (a pause is not declared: pause / resume change it)."""
+    columns = declared_json(task)
+    del columns["id"]
+    return columns
 
 
 def _saving(task_id: str, save: Callable[[], T]) -> T:

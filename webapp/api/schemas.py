@@ -13,12 +13,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
-from scheduler_core.model import DESCRIPTION_MAX, MAX_ATTEMPTS_RANGE, NAME_MAX
+from scheduler_core.model import (
+    CATCHUP_WINDOW_MAX_MS,
+    DECLARED,
+    DESCRIPTION_MAX,
+    MAX_ATTEMPTS_RANGE,
+    NAME_MAX,
+    CatchupMode,
+    CatchupPolicy,
+)
 from scheduler_core.reach.queue import FAILURE_CLASSES
 from scheduler_core.runtime.task_operations import MAX_QUERY
 from scheduler_core.statuses import AttemptStatus, DeliveryResolution, ExecutionStatus, Resolution
+from scheduler_core.task_schema import DeclaredField, Widget
 from scheduler_core.validation import ID_MAX, MAX_MS, PAGE_LIMIT, PAGE_OFFSET
 from webapp.api.rules import (
     WHITESPACE,
@@ -119,39 +128,63 @@ class RetryIn(Strict):
         default_factory=list, max_length=MAX_ATTEMPTS_RANGE[1], description="wait before attempt n+1")
 
 
-class TaskCreate(Strict):
-    """An ``api`` or ``hook`` task (code tasks are defined in the application, never here)."""
-
-    id: PathId
-    name: Name
-    cron: Text
-    description: Description | None = None
-    timezone: Text = "UTC"
-    enabled: bool = True
-    idempotent: bool = False
-    delete_after_run: bool = False
-    retry: RetryIn | None = None
-    handler: dict[str, Any] | None = Field(default=None, description='{"kind": "api", "url": ...} or {"kind": "hook"}')
-    params: dict[str, Any] | None = None
-    node_group: Group | None = None
+class CatchupIn(Strict):
+    policy: _values(CatchupMode) = Field(default="none", description="none: journal them missed; latest: run the "
+                                         "newest; all: run each, in order")  # type: ignore[valid-type]
+    window_ms: Annotated[int, Field(ge=0, le=CATCHUP_WINDOW_MAX_MS, description="how far back it looks"), Whole] = (
+        CatchupPolicy().window_ms)
 
 
-class TaskUpdate(Strict):
-    """The fields to change (others stay as stored), at the version read (``updated_at``).
-    Masked values (``***``) sent back mean "keep the stored secret"."""
+def _input_type(declared: DeclaredField) -> Any:
+    """The JSON type a request gives a task field, from how the field is declared."""
+    spec = declared.spec
+    longest = spec.max_length or 100_000
+    return {Widget.ID: PathId, Widget.LINE: text(longest, single_line=True), Widget.TEXT: text(longest),
+            Widget.CHECK: bool, Widget.CRON: Text, Widget.ZONE: Text, Widget.GROUP: Group,
+            Widget.JSON: dict[str, Any], Widget.RETRY: RetryIn, Widget.CATCHUP: CatchupIn,
+            Widget.HANDLER: dict[str, Any]}[spec.widget]
 
-    expected_updated_at: Ms
-    name: Name = KEEP
-    cron: Text = KEEP
-    description: Description | None = None
-    timezone: Text = KEEP
-    enabled: bool = KEEP
-    idempotent: bool = KEEP
-    delete_after_run: bool = KEEP
-    retry: RetryIn | None = None
-    handler: dict[str, Any] | None = None
-    params: dict[str, Any] | None = None
-    node_group: Group | None = None
+
+def _described(declared: DeclaredField, **more: Any) -> Any:
+    if declared.spec.widget is Widget.ID:  # the id's type says what an id may be
+        return Field(**more)
+    return Field(description=declared.spec.hint or declared.spec.label, **more)
+
+
+def _create_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for declared in DECLARED:
+        kind = _input_type(declared)
+        if declared.required:
+            fields[declared.name] = (kind, _described(declared))
+        elif declared.default is None:
+            fields[declared.name] = (kind | None, _described(declared, default=None))
+        else:
+            fields[declared.name] = (kind, _described(declared, default=declared.default))
+    return fields
+
+
+def _update_fields() -> dict[str, Any]:
+    """Each field an update may change, optional: a nullable one may be null, the others only left out."""
+    fields: dict[str, Any] = {"expected_updated_at": (Ms, ...)}
+    for declared in DECLARED:
+        if not declared.spec.updatable:
+            continue
+        kind = _input_type(declared)
+        if declared.default is None:
+            fields[declared.name] = (kind | None, _described(declared, default=None))
+        else:
+            fields[declared.name] = (kind, _described(declared, default=None, json_schema_extra=_omit_default))
+    return fields
+
+
+# Both derived from TaskDefinition's declarations (scheduler_core.task_schema): a declared field is
+# settable through the API with nothing written here.
+TaskCreate = create_model("TaskCreate", __base__=Strict, __doc__="An ``api`` or ``hook`` task (code tasks are "
+                          "defined in the application, never here).", **_create_fields())
+TaskUpdate = create_model("TaskUpdate", __base__=Strict, __doc__="The fields to change (others stay as stored), at "
+                          "the version read (``updated_at``). Masked values (``***``) sent back mean \"keep the "
+                          "stored secret\".", **_update_fields())
 
 
 class Version(Strict):
@@ -190,26 +223,22 @@ class PauseOut(BaseModel):
     reason: str | None
 
 
-class Task(BaseModel):
-    """A stored definition, secrets masked (``***``)."""
+class CatchupOut(BaseModel):
+    policy: str
+    window_ms: int
 
-    id: str
-    name: str
-    description: str | None
-    cron: str
-    timezone: str
-    enabled: bool
-    idempotent: bool
-    delete_after_run: bool
-    retry: RetryOut | None
-    handler: dict[str, Any] | None
-    params: dict[str, Any] | None
-    node_group: str | None
-    catchup: dict[str, Any] | None
-    revision: int
-    paused: PauseOut | None
-    created_at: int | None
-    updated_at: int | None = Field(description="the version a change must name (expected_updated_at)")
+
+def _output_type(declared: DeclaredField) -> Any:
+    kind = {Widget.CHECK: bool, Widget.JSON: dict[str, Any], Widget.HANDLER: dict[str, Any], Widget.RETRY: RetryOut,
+            Widget.CATCHUP: CatchupOut}.get(declared.spec.widget, str)
+    return kind | None if not declared.required and declared.default is None else kind
+
+
+Task = create_model(
+    "Task", __base__=BaseModel, __doc__="A stored definition, secrets masked (``***``).",
+    **{declared.name: (_output_type(declared), ...) for declared in DECLARED},
+    revision=(int, ...), paused=(PauseOut | None, ...), created_at=(int | None, ...),
+    updated_at=(int | None, Field(description="the version a change must name (expected_updated_at)")))
 
 
 class TaskRow(BaseModel):

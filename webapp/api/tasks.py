@@ -12,15 +12,18 @@ Ids may hold ``/``: as on the pages, an action comes before the id
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from flask import current_app
+from pydantic import BaseModel
 
 from scheduler_core.errors import ConfigError
-from scheduler_core.model import RetryPolicy, TaskDefinition
+from scheduler_core.model import DECLARED, TaskDefinition
 from scheduler_core.runtime.task_operations import TaskRow, restore_masked
 from webapp.api import schemas as s
 from webapp.api.core import CONFLICT_CODE, ApiProblem, Caller, operation
+from webapp.api.schemas import Strict
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED
 
@@ -37,10 +40,13 @@ def _row(row: TaskRow) -> s.TaskRow:
                      last_occurrence_id=row.last.occurrence_id if row.last else None, next_run_ms=row.next_run_ms)
 
 
-def _retry(retry: s.RetryIn | None) -> RetryPolicy | None:
-    if retry is None:
-        return None
-    return RetryPolicy(max_attempts=retry.max_attempts, backoff_ms=tuple(retry.backoff_ms))
+def _declared(body: Strict, names: Iterable[str]) -> dict[str, Any]:
+    """The body's task fields as the core takes them: a policy model as its mapping (the core parses it)."""
+    values = {}
+    for name in names:
+        value = getattr(body, name)
+        values[name] = value.model_dump() if isinstance(value, BaseModel) else value
+    return values
 
 
 def _no_code(handler: dict[str, Any] | None) -> None:
@@ -64,12 +70,9 @@ def get_task(caller: Caller, task_id: s.TaskId) -> s.Task:
 
 @operation("POST", "/tasks", summary="Create an api or hook task", role="admin", body=s.TaskCreate,
            response=s.Task, status=201)
-def create_task(caller: Caller, body: s.TaskCreate) -> s.Task:
-    _no_code(body.handler)
-    definition = TaskDefinition(
-        id=body.id, name=body.name, cron=body.cron, description=body.description, timezone=body.timezone,
-        enabled=body.enabled, idempotent=body.idempotent, delete_after_run=body.delete_after_run,
-        retry=_retry(body.retry), handler=body.handler, params=body.params, node_group=body.node_group)
+def create_task(caller: Caller, body: Strict) -> s.Task:
+    _no_code(getattr(body, "handler", None))
+    definition = TaskDefinition(**_declared(body, (f.name for f in DECLARED)))
     stored = scheduler_of(current_app).register(definition)
     caller.audit("task.create", stored.id, after=stored.masked())
     return task_out(stored)
@@ -77,24 +80,22 @@ def create_task(caller: Caller, body: s.TaskCreate) -> s.Task:
 
 @operation("PATCH", "/tasks/<path:task_id>", summary="Change a task at the version read (409 when it changed)",
            role="admin", body=s.TaskUpdate, response=s.Task)
-def update_task(caller: Caller, body: s.TaskUpdate, task_id: s.TaskId) -> s.Task:
+def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> s.Task:
     scheduler = scheduler_of(current_app)
     current = scheduler.task_ops.get(task_id)
     given = body.model_fields_set - {"expected_updated_at"}
     if current.handler_kind in CODE_KINDS and given - {"enabled"}:
         raise ConfigError("handler.kind", f"{current.handler_kind} tasks are read-only here (only enabled may "
                                           "change): their code is defined in the application")
-    changes: dict[str, Any] = {name: getattr(body, name) for name in given}
-    if "retry" in changes:
-        changes["retry"] = _retry(body.retry)
+    changes = _declared(body, given)
     if "handler" in changes:
-        _no_code(body.handler)
-        changes["handler"] = restore_masked(body.handler, current.handler, "handler")
-    if "params" in changes:
-        changes["params"] = restore_masked(body.params, current.params, "params")
-    for name in ("name", "cron", "timezone", "enabled", "idempotent", "delete_after_run"):
-        if name in changes and changes[name] is None:
-            raise ConfigError(name, "cannot be null (leave it out to keep the stored value)")
+        _no_code(changes["handler"])
+    for declared in DECLARED:
+        if declared.name in changes and changes[declared.name] is None and declared.default is not None:
+            raise ConfigError(declared.name, "cannot be null (leave it out to keep the stored value)")
+        if declared.spec.secret and declared.name in changes:
+            changes[declared.name] = restore_masked(changes[declared.name], getattr(current, declared.name),
+                                                    declared.name)
     stored = scheduler.update_task(task_id, expected_updated_at=body.expected_updated_at, **changes)
     caller.audit("task.update", task_id, before=current.masked(), after=stored.masked())
     return task_out(stored)
