@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from scheduler_core.errors import ConfigError
+
 MASK = "***"
 _SECRET_NAME = re.compile(r"authorization|cookie|key|token|secret|passw|auth|session|credential", re.IGNORECASE)
 
@@ -92,3 +94,53 @@ def _masked_assignment(match: re.Match[str]) -> str:
     if not is_secret_name(name) or _NOT_A_NAME.search(name):  # "KeyError: 'x'" names no secret
         return match.group(0)
     return f"{name}{match['sep']}{MASK}"
+
+
+# --- masked secrets sent back through an edit form ----------------------------------------
+
+
+def restore_masked(submitted: Any, stored: Any, field: str) -> Any:
+    """``submitted`` with masked values put back from ``stored``.
+
+    A form shows definitions masked (``task.masked()``): a secret-named entry reads ``***``
+    and a URL's password ``user:***@``. Sent back unchanged, they mean "keep the stored
+    value". A masked value with nothing stored to keep is refused, naming its path, so the
+    mask itself is never stored as a secret. Header-like names match in any case.
+    """
+    if isinstance(submitted, Mapping):
+        stored_map = stored if isinstance(stored, Mapping) else {}
+        return {key: _restore_entry(key, value, stored_map, f"{field}.{key}") for key, value in submitted.items()}
+    if isinstance(submitted, list):
+        stored_list = stored if isinstance(stored, list | tuple) else []
+        return [restore_masked(item, stored_list[index] if index < len(stored_list) else None, f"{field}[{index}]")
+                for index, item in enumerate(submitted)]
+    if isinstance(submitted, str) and "://" in submitted:
+        if isinstance(stored, str) and stored != submitted and mask_values(stored) == submitted:
+            return stored
+        if _has_masked_password(submitted):
+            raise ConfigError(field, "holds a masked password (***): type the password again")
+    return submitted
+
+
+def _restore_entry(key: Any, value: Any, stored: Mapping[str, Any], path: str) -> Any:
+    match = _stored_key(key, stored)
+    if isinstance(key, str) and is_secret_name(key) and value == MASK:
+        if match is None:
+            raise ConfigError(path, "is masked (***): type the value again")
+        return stored[match]
+    return restore_masked(value, stored[match] if match is not None else None, path)
+
+
+def _stored_key(key: Any, stored: Mapping[str, Any]) -> str | None:
+    if key in stored:
+        return str(key)
+    if isinstance(key, str):
+        return next((k for k in stored if isinstance(k, str) and k.lower() == key.lower()), None)
+    return None
+
+
+def _has_masked_password(url: str) -> bool:
+    try:
+        return urlsplit(url).password == MASK
+    except ValueError:
+        return False

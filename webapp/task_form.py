@@ -23,8 +23,9 @@ from zoneinfo import ZoneInfo
 from scheduler_core.cron import validate_timezone
 from scheduler_core.errors import ConfigError, InvalidCronError, SchedulerError, TaskAlreadyExistsError
 from scheduler_core.executors.http import METHODS
-from scheduler_core.model import RetryPolicy, TaskDefinition
-from scheduler_core.runtime.task_operations import restore_masked
+from scheduler_core.masking import restore_masked
+from scheduler_core.model import DECLARED, CatchupMode, CatchupPolicy, RetryPolicy, TaskDefinition
+from scheduler_core.task_schema import DeclaredField, Section, Widget
 from webapp.forms import whole_number
 from webapp.timefmt import wall_ms, wall_text
 
@@ -32,15 +33,23 @@ FORM_KINDS = ("api", "hook")
 CODE_KINDS = ("python", "js")
 CODE_REFUSED = ("The dashboard never accepts code: python and js tasks are defined in the application, "
                 "not here. Choose api or hook.")
-CHECKBOXES = ("enabled", "idempotent", "delete_after_run")
-TEXT_FIELDS = ("id", "name", "description", "cron", "timezone", "retry_max_attempts", "retry_backoff", "params",
-               "kind", "url", "method", "headers", "body", "timeout")
-# Core field (a dotted path's first part, or the whole path) -> the form field showing its error.
-_FIELD_OF = {"id": "id", "name": "name", "description": "description", "cron": "cron", "timezone": "timezone",
-             "enabled": "enabled", "idempotent": "idempotent", "delete_after_run": "delete_after_run",
-             "params": "params", "retry.max_attempts": "retry_max_attempts", "retry": "retry_backoff",
-             "handler.url": "url", "handler.method": "method", "handler.headers": "headers", "handler.body": "body",
-             "handler.timeout": "timeout", "handler.kind": "kind", "handler": "kind"}
+# The form fields a widget shows (a simple widget: one field named as the task field), and the core
+# field paths whose errors they show (a dotted path's first one or two parts).
+_WIDGET_FIELDS: dict[Widget, dict[str, str]] = {
+    Widget.RETRY: {"retry.max_attempts": "retry_max_attempts", "retry": "retry_backoff"},
+    Widget.CATCHUP: {"catchup.policy": "catchup_policy", "catchup.window_ms": "catchup_window_ms",
+                     "catchup": "catchup_policy"},
+    Widget.HANDLER: {"handler.url": "url", "handler.method": "method", "handler.headers": "headers",
+                     "handler.body": "body", "handler.timeout": "timeout", "handler.kind": "kind", "handler": "kind"},
+}
+_FIELD_OF: dict[str, str] = {}
+for _declared in DECLARED:
+    _FIELD_OF.update(_WIDGET_FIELDS.get(_declared.spec.widget, {_declared.name: _declared.name}))
+CHECKBOXES = tuple(f.name for f in DECLARED if f.spec.widget is Widget.CHECK)
+TEXT_FIELDS = tuple(dict.fromkeys(shown for shown in _FIELD_OF.values() if shown not in CHECKBOXES))
+SECTIONS = tuple((section, tuple(f for f in DECLARED if f.spec.section is section))
+                 for section in Section if section is not Section.STORED)
+CATCHUP_POLICIES = tuple(str(mode) for mode in CatchupMode)
 
 
 def form_field(core_field: str) -> str:
@@ -83,25 +92,45 @@ class TaskForm:
 
     @classmethod
     def blank(cls) -> TaskForm:
+        """A new task's form: every field at its declared default."""
         values = dict.fromkeys(TEXT_FIELDS, "")
-        values.update(timezone="UTC", kind="api", method="POST", retry_max_attempts="1")
-        return cls(values, {"enabled": True, "idempotent": False, "delete_after_run": False})
+        checks = {}
+        for declared in DECLARED:
+            if declared.spec.widget is Widget.CHECK:
+                checks[declared.name] = bool(declared.default)
+            elif not declared.required and isinstance(declared.default, str):
+                values[declared.name] = declared.default
+        values.update(kind="api", method="POST", retry_max_attempts="1",
+                      catchup_policy=str(CatchupPolicy().policy), catchup_window_ms=str(CatchupPolicy().window_ms))
+        return cls(values, checks)
 
     @classmethod
     def from_task(cls, task: TaskDefinition) -> TaskForm:
         """The stored definition as the form shows it: secrets masked."""
         masked = task.masked()
+        values = dict.fromkeys(TEXT_FIELDS, "")
+        checks = {}
+        for declared in DECLARED:
+            widget, value = declared.spec.widget, masked[declared.name]
+            if widget is Widget.CHECK:
+                checks[declared.name] = bool(value)
+            elif widget is Widget.JSON:
+                values[declared.name] = _json_text(value)
+            elif widget in _WIDGET_FIELDS:
+                continue
+            else:
+                values[declared.name] = "" if value is None else str(value)
         handler: Mapping[str, Any] = masked["handler"] or {}
         retry = masked["retry"] or {}
-        values = dict.fromkeys(TEXT_FIELDS, "")
+        catchup = task.catchup_policy
         values.update(
-            id=task.id, name=task.name, description=task.description or "", cron=task.cron, timezone=task.timezone,
             retry_max_attempts=str(retry.get("max_attempts", 1)),
             retry_backoff=", ".join(str(ms) for ms in retry.get("backoff_ms", [])),
-            params=_json_text(masked["params"]), kind=task.handler_kind, url=str(handler.get("url", "")),
+            catchup_policy=str(catchup.policy), catchup_window_ms=str(catchup.window_ms),
+            kind=task.handler_kind, url=str(handler.get("url", "")),
             method=str(handler.get("method", "POST")), headers=_header_lines(handler.get("headers") or {}),
             body=_json_text(handler.get("body")), timeout=str(handler.get("timeout", "")))
-        return cls(values, {name: bool(getattr(task, name)) for name in CHECKBOXES})
+        return cls(values, checks)
 
     @classmethod
     def from_request(cls, form: Mapping[str, str]) -> TaskForm:
@@ -131,23 +160,55 @@ class TaskForm:
             self.errors["kind"] = CODE_REFUSED
         elif kind not in FORM_KINDS:
             self.errors["kind"] = "Choose api or hook."
-        retry = self._retry()
-        params = self._json("params")
-        handler = self._handler(stored) if kind in FORM_KINDS else None
-        try:
-            params = restore_masked(params, stored.params if stored else None, "params")
-            if kind == "api":
-                handler = restore_masked(handler, stored.handler if stored else None, "handler")
-        except ConfigError as exc:
-            self.fail(exc)
+        declared = {f.name: self._value(f, stored) for f in DECLARED}
         if self.errors:
             return None
-        values = self.values
-        return TaskDefinition(
-            id=values["id"].strip() if stored is None else stored.id, name=values["name"].strip(),
-            description=values["description"].strip() or None, cron=values["cron"], timezone=values["timezone"].strip(),
-            enabled=self.checks["enabled"], idempotent=self.checks["idempotent"],
-            delete_after_run=self.checks["delete_after_run"], retry=retry, handler=handler, params=params)
+        return TaskDefinition(**declared)
+
+    def _value(self, declared: DeclaredField, stored: TaskDefinition | None) -> Any:
+        """The field's value as typed (a secret's mask restored from ``stored``); errors collected."""
+        name, widget = declared.name, declared.spec.widget
+        text = self.values.get(name, "")
+        if widget is Widget.ID:
+            return text.strip() if stored is None else stored.id
+        if widget is Widget.CHECK:
+            return self.checks[name]
+        if widget is Widget.CRON:
+            return text
+        if widget in (Widget.TEXT, Widget.GROUP):
+            return text.strip() or None
+        if widget is Widget.RETRY:
+            return self._retry()
+        if widget is Widget.CATCHUP:
+            return self._catchup(stored)
+        if widget is Widget.HANDLER:
+            value = self._handler(stored) if self.values["kind"] in FORM_KINDS else None
+        elif widget is Widget.JSON:
+            value = self._json(name)
+        else:  # LINE, ZONE
+            return text.strip()
+        if declared.spec.secret and (widget is Widget.JSON or self.values["kind"] == "api"):
+            try:
+                value = restore_masked(value, getattr(stored, name) if stored else None, name)
+            except ConfigError as exc:
+                self.fail(exc)
+        return value
+
+    def _catchup(self, stored: TaskDefinition | None) -> CatchupPolicy | None:
+        policy = self.values["catchup_policy"].strip() or str(CatchupMode.NONE)
+        text = self.values["catchup_window_ms"].strip()
+        window = whole_number(text) if text else CatchupPolicy().window_ms
+        if window is None:
+            self.errors["catchup_window_ms"] = f"{text[:40]!r} is not a number of milliseconds (e.g. 3600000 = 1 h)."
+            return None
+        unset = stored is None or stored.catchup is None
+        if unset and policy == CatchupMode.NONE and window == CatchupPolicy().window_ms:
+            return None  # nothing chosen: stays "journal them missed" without a stored policy
+        try:
+            return CatchupPolicy.parse({"policy": policy, "window_ms": window})
+        except ConfigError as exc:  # the core's message, next to its field
+            self.fail(exc)
+            return None
 
     def _retry(self) -> RetryPolicy | None:
         text = self.values["retry_max_attempts"].strip() or "1"
@@ -286,5 +347,18 @@ def _both(ms: int, zone: ZoneInfo) -> str:
     return utc if typed == utc else f"{typed} ({utc})"
 
 
-__all__ = ["CODE_KINDS", "CODE_REFUSED", "FORM_KINDS", "LONGEST_PAUSE_MIN", "METHODS", "PauseEnd", "TaskForm",
-           "cron_error", "error_text", "form_field", "pause_end"]
+__all__ = [
+    "CATCHUP_POLICIES",
+    "CODE_KINDS",
+    "CODE_REFUSED",
+    "FORM_KINDS",
+    "LONGEST_PAUSE_MIN",
+    "METHODS",
+    "SECTIONS",
+    "PauseEnd",
+    "TaskForm",
+    "cron_error",
+    "error_text",
+    "form_field",
+    "pause_end",
+]

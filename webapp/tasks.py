@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
-from scheduler_core.cron import describe
+from scheduler_core.cron import describe, dst_note
 from scheduler_core.errors import (
     ConfigError,
     ConflictError,
@@ -25,14 +25,14 @@ from scheduler_core.errors import (
     InvalidCronError,
     TaskAlreadyExistsError,
 )
-from scheduler_core.model import TaskDefinition
+from scheduler_core.model import CATCHUP_WINDOW_MAX_MS, UPDATABLE_FIELDS, TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
 from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.forms import posted_version
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
-from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, TaskForm, cron_error, pause_end
+from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, SECTIONS, TaskForm, cron_error, pause_end
 
 bp = Blueprint("tasks", __name__, url_prefix="/tasks")
 PAGE = 50
@@ -55,6 +55,19 @@ def zoned(ms: int | None, zone: str = "UTC") -> str:
 @bp.app_template_filter("utc")
 def utc(ms: int | None) -> str:
     return "" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@bp.app_template_filter("duration_ms")
+def duration_ms(ms: int) -> str:
+    """``3600000`` as ``1 h``, ``5400000`` as ``1 h 30 min``, ``0`` as ``0 min``, in whole units."""
+    minutes, rest = divmod(ms, 60_000)
+    if rest or not minutes:
+        return f"{ms / 1000:g} s" if ms else "0 min"
+    days, minutes = divmod(minutes, 1440)
+    hours, minutes = divmod(minutes, 60)
+    parts = [f"{days} day{'s' if days != 1 else ''}" if days else "", f"{hours} h" if hours else "",
+             f"{minutes} min" if minutes else ""]
+    return " ".join(part for part in parts if part)
 
 
 @bp.app_template_filter("cron_text")
@@ -130,8 +143,10 @@ def _preview(cron: str, timezone: str) -> dict[str, Any]:
 def _render_form(form: TaskForm, task: TaskDefinition | None, status: int = 200) -> ResponseReturnValue:
     # ``form`` is a stored task masked (TaskForm.from_task) or what this request posted: shown as it
     # is, so a secret just typed survives an error and a stored one is never sent.
-    return render_template("tasks/form.html", form=form, task=task, methods=METHODS,
-                           zones=_zone_names(), **_preview(form.values["cron"], form.values["timezone"])), status
+    ops = scheduler_of(current_app).task_ops
+    return render_template("tasks/form.html", form=form, task=task, sections=SECTIONS, methods=METHODS,
+                           zones=_zone_names(), live_groups=ops.live_groups(), catchup_window_max=CATCHUP_WINDOW_MAX_MS,
+                           **_preview(form.values["cron"], form.values["timezone"])), status
 
 
 @lru_cache(maxsize=1)
@@ -190,9 +205,7 @@ def update(task_id: str) -> ResponseReturnValue:
     definition = form.definition(current)
     if definition is None or expected is None:
         return _render_form(form, current, 400)
-    changes = {name: getattr(definition, name) for name in (
-        "name", "description", "cron", "timezone", "enabled", "idempotent", "delete_after_run", "retry", "handler",
-        "params")}
+    changes = {name: getattr(definition, name) for name in UPDATABLE_FIELDS}
     try:
         stored = scheduler.update_task(task_id, expected_updated_at=expected, **changes)
     except ConflictError:
@@ -384,8 +397,9 @@ def _detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str])
     blocker = scheduler.execution.get(state.blocked_by).status if state.blocked_by else None
     definition = task.masked()
     code = definition["handler"].pop("code", None) if definition["handler"] else None
-    return render_template("tasks/detail.html", task=task, definition=definition, code=code,
-                           next_runs=ops.next_runs(task),
+    next_runs = ops.next_runs(task)
+    return render_template("tasks/detail.html", task=task, definition=definition, code=code, next_runs=next_runs,
+                           run_notes=[dst_note(task.cron, task.timezone, ms) for ms in next_runs],
                            history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
                            log_links=_log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from scheduler_core.cron.description import describe
 from scheduler_core.cron.expressions import MAX_CRON_LENGTH as MAX_CRON_LENGTH
 from scheduler_core.cron.expressions import validate_cron
-from scheduler_core.cron.fire_times import MAX_UPCOMING, MINUTE_MS, fires_at, next_fire_ms, upcoming
+from scheduler_core.cron.fire_times import MAX_UPCOMING, MINUTE_MS, dst_note, fires_at, next_fire_ms, upcoming
 from scheduler_core.cron.occurrence_ids import (
     OCCURRENCE_NAMESPACE,
     cron_occurrence_id,
@@ -26,6 +26,7 @@ __all__ = [
     "OCCURRENCE_NAMESPACE",
     "cron_occurrence_id",
     "describe",
+    "dst_note",
     "fires_at",
     "manual_occurrence_id",
     "new_occurrence_id",

@@ -17,7 +17,7 @@ from scheduler_core.cron.expressions import Schedule, parse
 from scheduler_core.cron.zones import resolve_zone
 from scheduler_core.errors import InvalidCronError
 
-__all__ = ["MAX_UPCOMING", "MINUTE_MS", "check_minute", "check_ms", "fires_at", "next_fire_ms", "upcoming"]
+__all__ = ["MAX_UPCOMING", "MINUTE_MS", "check_minute", "check_ms", "dst_note", "fires_at", "next_fire_ms", "upcoming"]
 
 MINUTE_MS = 60_000
 MAX_UPCOMING = 1000  # a dashboard preview, not a bulk export
@@ -72,6 +72,30 @@ def upcoming(expr: str, timezone: str, after_ms: int, count: int) -> list[int]:
         cursor = next_fire_ms(expr, timezone, cursor)
         fires.append(cursor)
     return fires
+
+
+def dst_note(expr: str, timezone: str, fire_ms: int) -> str | None:
+    """How the DST rule placed the fire at ``fire_ms`` (one of ``upcoming``), in words; None when
+    no transition touches it. A wall-clock schedule whose time does not exist that day runs at the
+    end of the gap; in a repeated hour it runs once, in the first pass; an elapsed-time schedule
+    runs in both passes and not in a gap."""
+    schedule = parse(expr)
+    zone = resolve_zone(timezone)
+    check_minute(fire_ms, "fire_ms")
+    wall = fire_ms + _offset_ms(zone, fire_ms)
+    before, after = _wall_offsets_ms(zone, wall)
+    if before > after:  # this wall time happens twice
+        if not schedule.elapsed:
+            return "repeated hour (clocks go back): runs once, in the first pass"
+        which = "first" if fire_ms == _ceil_minute(wall - before) else "second"
+        return f"repeated hour (clocks go back): runs in both passes; this is the {which}"
+    previous_offset = _offset_ms(zone, fire_ms - MINUTE_MS)
+    skipped_from = fire_ms + previous_offset  # the first wall time the clocks jumped over
+    jumped = previous_offset < _offset_ms(zone, fire_ms)
+    if jumped and not schedule.elapsed and schedule.next_wall(skipped_from - MINUTE_MS) < wall:
+        named = _EPOCH_NAIVE + timedelta(milliseconds=schedule.next_wall(skipped_from - MINUTE_MS))
+        return f"{named:%H:%M} does not exist that day (clocks go forward): runs when the gap ends"
+    return None
 
 
 def _next_fire(schedule: Schedule, zone: ZoneInfo, after_ms: int) -> int:

@@ -13,12 +13,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
-from urllib.parse import urlsplit
 
-from scheduler_core.cron import describe, next_fire_ms, upcoming, validate_cron, validate_timezone
+from scheduler_core.cron import describe, dst_note, next_fire_ms, upcoming, validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError, ConflictError, TaskNotFoundError
-from scheduler_core.masking import MASK, is_secret_name, mask_values
 from scheduler_core.model import Execution, Pause, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import REASON_MAX, check_cursor
@@ -118,6 +115,7 @@ class CronPreview:
     timezone: str
     description: str
     runs: list[int]  # the next fire minutes, UTC ms
+    notes: list[str | None]  # per run: how the DST rule placed it (cron.dst_note), None when no transition did
 
 
 def parse_search(query: str | None) -> TaskFilter:
@@ -270,6 +268,12 @@ class TaskOperations:
             return []
         return upcoming(task.cron, task.timezone, self.now_ms(), count)
 
+    def live_groups(self) -> list[str]:
+        """The node groups live nodes serve (a heartbeat within three intervals): the form's suggestions."""
+        ctx = self._context()
+        _, alive = ctx.nodes.alive(3 * ctx.config.heartbeat_interval_ms)
+        return sorted({group for node in alive for group in node.groups})
+
     def preview(self, cron: str, timezone: str | None) -> CronPreview:
         """What a schedule being typed means: its description and next run times.
 
@@ -277,7 +281,8 @@ class TaskOperations:
         """
         expr = validate_cron(cron)
         zone = validate_timezone(timezone)
-        return CronPreview(expr, zone, describe(expr), upcoming(expr, zone, self.now_ms(), PREVIEW_RUNS))
+        runs = upcoming(expr, zone, self.now_ms(), PREVIEW_RUNS)
+        return CronPreview(expr, zone, describe(expr), runs, [dst_note(expr, zone, ms) for ms in runs])
 
     def state(self, task_id: str) -> TaskState:
         """``ok``, ``paused``, ``disabled`` or ``blocked`` (with what blocks it and what it cost)."""
@@ -331,56 +336,6 @@ class TaskOperations:
             raise ConflictError(f"task {task_id!r} changed concurrently; read it again", task_id=task_id)
         ctx.task_deleted(task_id)
         return current
-
-
-# --- masked secrets through an edit form ------------------------------------------------
-
-
-def restore_masked(submitted: Any, stored: Any, field: str) -> Any:
-    """``submitted`` with masked values put back from ``stored``.
-
-    A form shows definitions masked (``task.masked()``): a secret-named entry reads ``***``
-    and a URL's password ``user:***@``. Sent back unchanged, they mean "keep the stored
-    value". A masked value with nothing stored to keep is refused, naming its path, so the
-    mask itself is never stored as a secret. Header-like names match in any case.
-    """
-    if isinstance(submitted, Mapping):
-        stored_map = stored if isinstance(stored, Mapping) else {}
-        return {key: _restore_entry(key, value, stored_map, f"{field}.{key}") for key, value in submitted.items()}
-    if isinstance(submitted, list):
-        stored_list = stored if isinstance(stored, list | tuple) else []
-        return [restore_masked(item, stored_list[index] if index < len(stored_list) else None, f"{field}[{index}]")
-                for index, item in enumerate(submitted)]
-    if isinstance(submitted, str) and "://" in submitted:
-        if isinstance(stored, str) and stored != submitted and mask_values(stored) == submitted:
-            return stored
-        if _has_masked_password(submitted):
-            raise ConfigError(field, "holds a masked password (***): type the password again")
-    return submitted
-
-
-def _restore_entry(key: Any, value: Any, stored: Mapping[str, Any], path: str) -> Any:
-    match = _stored_key(key, stored)
-    if isinstance(key, str) and is_secret_name(key) and value == MASK:
-        if match is None:
-            raise ConfigError(path, "is masked (***): type the value again")
-        return stored[match]
-    return restore_masked(value, stored[match] if match is not None else None, path)
-
-
-def _stored_key(key: Any, stored: Mapping[str, Any]) -> str | None:
-    if key in stored:
-        return str(key)
-    if isinstance(key, str):
-        return next((k for k in stored if isinstance(k, str) and k.lower() == key.lower()), None)
-    return None
-
-
-def _has_masked_password(url: str) -> bool:
-    try:
-        return urlsplit(url).password == MASK
-    except ValueError:
-        return False
 
 
 def blocks(task: TaskDefinition, holder: Execution, now_ms: int) -> bool:

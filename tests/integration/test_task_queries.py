@@ -14,8 +14,8 @@ from sqlalchemy.engine import Engine
 from scheduler_core import Scheduler, TaskDefinition
 from scheduler_core.db.tables import executions, tasks
 from scheduler_core.errors import ConfigError, ConflictError, InvalidCronError, TaskNotFoundError
-from scheduler_core.masking import MASK
-from scheduler_core.runtime.task_operations import parse_search, restore_masked
+from scheduler_core.masking import MASK, restore_masked
+from scheduler_core.runtime.task_operations import parse_search
 from scheduler_core.store.task_queries import TaskFilter, TaskQueries
 
 MakeScheduler = Callable[..., Scheduler]

@@ -19,8 +19,9 @@ from flask import current_app
 from pydantic import BaseModel
 
 from scheduler_core.errors import ConfigError
+from scheduler_core.masking import restore_masked
 from scheduler_core.model import DECLARED, TaskDefinition
-from scheduler_core.runtime.task_operations import TaskRow, restore_masked
+from scheduler_core.runtime.task_operations import TaskRow
 from webapp.api import schemas as s
 from webapp.api.core import CONFLICT_CODE, ApiProblem, Caller, operation
 from webapp.api.schemas import Strict
