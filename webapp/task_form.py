@@ -185,8 +185,8 @@ class TaskForm:
             value = self._handler(stored) if self.values["kind"] in FORM_KINDS else None
         elif widget is Widget.JSON:
             value = self._json(name)
-        else:  # LINE, ZONE
-            return text.strip()
+        else:  # LINE, ZONE: an optional one (None by default) left blank is None
+            return text.strip() or (None if declared.default is None else "")
         if declared.spec.secret and (widget is Widget.JSON or self.values["kind"] == "api"):
             try:
                 value = restore_masked(value, getattr(stored, name) if stored else None, name)
