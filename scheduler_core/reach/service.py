@@ -12,7 +12,6 @@ the pending row is committed; a database failure is an error, never a fake succe
 
 from __future__ import annotations
 
-import builtins
 import logging
 import threading
 import time
@@ -27,9 +26,7 @@ from scheduler_core.db import pool_capacity, prepare_engine, upgrade
 from scheduler_core.errors import (
     DeliveryRejectedError,
     DndBlockedError,
-    ProviderNotFoundError,
     ReachConfigError,
-    ReachError,
     ReachNotInitializedError,
     SendFailedError,
     TemplateNotFoundError,
@@ -37,27 +34,17 @@ from scheduler_core.errors import (
 from scheduler_core.reach.alert_rules import parse_rules
 from scheduler_core.reach.alerts import Alerts
 from scheduler_core.reach.base import Provider, RenderedMessage
-from scheduler_core.reach.config import (
-    TEMPLATE_SUBJECT_MAX,
-    DndConfig,
-    QueuePolicy,
-    ReachConfig,
-    TemplateConfig,
-    check_template,
-    check_template_name,
-)
+from scheduler_core.reach.config import DndConfig, QueuePolicy, ReachConfig, TemplateConfig
 from scheduler_core.reach.dnd import in_window, window_end_ms
+from scheduler_core.reach.messages import compose
 from scheduler_core.reach.providers import build_providers
 from scheduler_core.reach.queue import ROUND_LIMIT, DeliveryRounds, QueueOperations, RoundReport
-from scheduler_core.reach.templates import check_vars, missing_variables, render
+from scheduler_core.reach.template_operations import TemplateOperations
 from scheduler_core.store.reach_queue import QueueRepository
-from scheduler_core.store.reach_templates import StoredTemplate, TemplateRepository
-from scheduler_core.validation import ID_MAX, check_json_object, check_ms, check_optional_text, check_text
+from scheduler_core.store.reach_templates import TemplateRepository
+from scheduler_core.validation import ID_MAX, check_text
 
 logger = logging.getLogger("scheduler_core.reach")
-MESSAGE_FIELDS = ("to", "provider", "template", "subject", "body", "vars", "extra")
-RECIPIENT_MAX = 1_024  # an address, a phone number, a webhook id or URL
-RENDERED_BODY_MAX = 1_000_000  # a template's 65,535 characters with its variables filled in
 IMMEDIATE_TIMEOUT_MS = 30_000
 
 
@@ -143,45 +130,13 @@ class Reach:
 
     def send(self, message: Mapping[str, Any]) -> SendResult:
         config = self._require_config()
-        provider, rendered, template = self._prepare(message)
+        provider, rendered, template = compose(message, self._template, self._providers)
         now_ms = self._now()
         if in_window(config.dnd, now_ms):
             if config.dnd.strategy == "discard":
                 raise DndBlockedError("do-not-disturb is on: the message was discarded")
             return self._enqueue(provider, rendered, template, window_end_ms(config.dnd, now_ms))
         return self._deliver_now(provider, rendered)
-
-    def _prepare(self, message: Mapping[str, Any]) -> tuple[Provider, RenderedMessage, str | None]:
-        if not isinstance(message, Mapping):
-            raise ReachConfigError("message", "must be a mapping")
-        for key in message:
-            if key not in MESSAGE_FIELDS:
-                raise ReachConfigError(str(key)[:64], "is not a message field")
-        to = check_text(message.get("to"), "to", RECIPIENT_MAX, ReachConfigError, single_line=True)
-        extra = check_json_object(message.get("extra"), "extra", ReachConfigError) or {}
-        provider_name = check_optional_text(message.get("provider"), "provider", ID_MAX, ReachConfigError)
-        subject, body = message.get("subject"), message.get("body")
-        template_name = message.get("template")
-        if template_name is not None:
-            template = self._template(template_name)
-            values = check_vars(message.get("vars"))
-            provider_name = provider_name or template.provider
-            if template.subject:
-                subject = render(template.subject, values, f"template {template.name} subject")
-            body = render(template.body, values, f"template {template.name} body")
-        elif body is None:
-            raise ReachConfigError("body", "is required for a message without a template")
-        elif provider_name is None:
-            raise ReachConfigError("provider", "is required for a message without a template")
-        # Checked after rendering: a variable may not smuggle a line break into a mail header.
-        subject = check_optional_text(subject, "subject", TEMPLATE_SUBJECT_MAX, ReachConfigError, single_line=True)
-        body = check_text(body, "body", RENDERED_BODY_MAX, ReachConfigError)
-        assert provider_name is not None  # a template always names its provider
-        provider = self._providers.get(provider_name)
-        if provider is None:
-            raise ProviderNotFoundError(f"provider {provider_name!r} is not configured")
-        provider.validate_recipient(to)
-        return provider, RenderedMessage(to, subject, body, dict(extra)), template_name
 
     def find_template(self, name: Any) -> TemplateConfig:
         """A template by name: configuration first, then the database."""
@@ -331,115 +286,6 @@ class Reach:
         return self._queue_repo
 
 
-@dataclass(frozen=True)
-class TemplatePreview:
-    """A rendering without sending, or the variables it lacks."""
-
-    template: TemplateConfig
-    variables: list[str]  # every variable the subject and body use, sorted
-    missing: list[str]  # those the values lack; when any, nothing is rendered
-    subject: str | None
-    body: str | None
-
-
-
-class TemplateOperations:
-    """``reach.templates``: stored templates (CRUD with versions) and previews of any template.
-
-    Templates from the configuration are read-only and win over a stored one of the same name,
-    so a stored template may not take a configured name."""
-
-    def __init__(self, reach: Reach) -> None:
-        self._reach = reach
-
-    def _repo(self) -> TemplateRepository:
-        return TemplateRepository(self._reach._require_engine())
-
-    def save(self, name: str, provider: str, body: str, subject: str | None = None) -> TemplateConfig:
-        """Insert or replace a stored template (no version check: see create / update)."""
-        self._check(name, provider, body, subject)
-        self._refuse_configured(name)
-        self._repo().save(name, provider, subject, body)
-        return TemplateConfig(name=name, provider=provider, body=body, subject=subject)
-
-    def get(self, name: str) -> TemplateConfig:
-        return self._reach.find_template(name)
-
-    def list(self) -> list[TemplateConfig]:
-        return [TemplateConfig(t.name, t.provider, t.body, t.subject) for t in self._repo().list()]
-
-    def stored(self) -> builtins.list[StoredTemplate]:
-        """Stored templates with their versions (``updated_at``), by name."""
-        return self._repo().list()
-
-    def stored_one(self, name: str) -> StoredTemplate | None:
-        return self._repo().get(check_template_name(name))
-
-    def create(self, name: str, provider: str, body: str, subject: str | None = None) -> StoredTemplate:
-        """A new stored template; ReachConfigError("name") when the name is taken."""
-        self._check(name, provider, body, subject)
-        self._refuse_configured(name)
-        if not self._repo().create(name, provider, subject, body):
-            raise ReachConfigError("name", f"a stored template named {name!r} already exists")
-        return self._saved(name)
-
-    def update(self, name: str, provider: str, body: str, subject: str | None,
-               expected_updated_at: int) -> StoredTemplate:
-        """Replace a stored template's content at the version read; a conflict when it changed."""
-        self._check(name, provider, body, subject)
-        self._refuse_configured(name)
-        _version(expected_updated_at)
-        if not self._repo().update(name, provider, subject, body, expected_updated_at):
-            self._saved(name)  # not found when it is gone
-            raise ReachError(f"template {name!r} changed since it was read; read it again", template=name,
-                             conflict=True)
-        return self._saved(name)
-
-    def delete(self, name: str, expected_updated_at: int | None = None) -> None:
-        """Delete a stored template (at the version read, when given)."""
-        check_template_name(name)
-        if expected_updated_at is not None:
-            _version(expected_updated_at)
-        if not self._repo().delete(name, expected_updated_at):
-            self._saved(name)
-            raise ReachError(f"template {name!r} changed since it was read; read it again", template=name,
-                             conflict=True)
-
-    def preview(self, name: str, values: Mapping[str, Any]) -> tuple[str | None, str]:
-        """Render without sending; TEMPLATE_RENDER_FAILED names every missing variable."""
-        template = self._reach.find_template(name)
-        checked = check_vars(values)
-        subject = render(template.subject, checked, f"template {name} subject") if template.subject else None
-        return subject, render(template.body, checked, f"template {name} body")
-
-    def check(self, name: str, values: Mapping[str, Any]) -> TemplatePreview:
-        """Like :meth:`preview`, but a missing variable is an answer, not an error: it lists them
-        all (and renders nothing while any is missing)."""
-        template = self._reach.find_template(name)
-        checked = check_vars(values)
-        used = missing_variables({}, template.subject, template.body)
-        missing = missing_variables(checked, template.subject, template.body)
-        if missing:
-            return TemplatePreview(template, used, missing, None, None)
-        subject, body = self.preview(name, checked)
-        return TemplatePreview(template, used, [], subject, body)
-
-    def _check(self, name: Any, provider: Any, body: Any, subject: Any) -> None:
-        check_template(name, provider, body, subject)
-        if provider not in self._reach.provider_names():
-            raise ReachConfigError("provider", f"names no configured provider ({provider!r})")
-
-    def _refuse_configured(self, name: str) -> None:
-        if any(t.name == name for t in self._reach.configured_templates()):
-            raise ReachConfigError("name", f"{name!r} is a configured template (read-only); choose another name")
-
-    def _saved(self, name: str) -> StoredTemplate:
-        stored = self._repo().get(name)
-        if stored is None:
-            raise TemplateNotFoundError(f"template {name!r} not found")
-        return stored
-
-
 def _check_pool(engine: Engine, senders: int, others: int, users: str) -> None:
     """A round holds a connection for its claims and one per sender at most: refuse a pool that
     cannot give them (a sender starved of a connection past the acquire timeout leaves a sent
@@ -451,6 +297,3 @@ def _check_pool(engine: Engine, senders: int, others: int, users: str) -> None:
                                                     f"(this engine's pool holds {capacity}); raise the pool size "
                                                     f"or lower queue.concurrency ({senders})")
 
-
-def _version(value: Any) -> int:
-    return check_ms(value, "expected_updated_at", ReachConfigError)
