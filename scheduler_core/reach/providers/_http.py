@@ -1,4 +1,4 @@
-"""What the api and aliyun-sms providers make of one HTTP exchange (:mod:`scheduler_core.transport`).
+"""What the HTTP providers (api, slack, aliyun-sms) make of one exchange (:mod:`scheduler_core.transport`).
 
 The response body is read (at most 64 KiB) only to pick an id or a result code out of its JSON;
 it is never returned, stored or quoted in an error.
@@ -7,18 +7,20 @@ it is never returned, stored or quoted in an error.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import requests
 
 from scheduler_core.reach.base import Delivery
-from scheduler_core.reach.providers._delivery import ambiguous, not_started, safe_error
+from scheduler_core.reach.providers._delivery import ambiguous, delivered, not_started, safe_error
 from scheduler_core.transport import HttpRequest, HttpResult, exchange
 
 BODY_LIMIT = 64 * 1024
 USER_AGENT = "hai-scheduler-reach"
+TRANSIENT_STATUSES = frozenset({408, 425, 429})  # with every 5xx: the receiver may take it later
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,30 @@ def no_answer(answer: HttpAnswer, budget_ms: int) -> Delivery:
     if answer.timed_out:
         return ambiguous("transient_failure", f"timeout after {budget_ms} ms; the request may have been delivered")
     return ambiguous("transient_failure", f"connection lost after the request may have been sent: {answer.error}")
+
+
+def webhook_verdict(answer: HttpAnswer, budget_ms: int, message_id: Callable[[Any], str]) -> Delivery:
+    """A plain webhook's verdict on one exchange (the api and slack providers).
+
+    A 2xx is sent, its id ``message_id(data)`` (``data``: the decoded JSON answer, or None); no
+    status is :func:`no_answer`; 408, 425, 429 and 5xx are transient; any other status (3xx is not
+    followed, other 4xx) is a permanent rejection. Every answer after connecting is started: a 500
+    can come after the receiver acted. Errors quote our phrase for the status, never the body.
+    """
+    status = answer.status
+    if status is None:
+        return no_answer(answer, budget_ms)
+    if 200 <= status < 300:
+        return delivered(message_id(answer.data))
+    text = f"HTTP {status} {status_phrase(status)}".strip()
+    if status in TRANSIENT_STATUSES or status >= 500:
+        return ambiguous("transient_failure", text)
+    return ambiguous("permanent_rejection", text)
+
+
+def status_phrase(status: int) -> str:
+    """The standard reason phrase of ``status`` (ours, not the server's text); "" for an unknown one."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""

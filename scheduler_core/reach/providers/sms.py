@@ -34,7 +34,7 @@ from scheduler_core.reach.providers._delivery import (
     no_time_left,
     not_started,
 )
-from scheduler_core.reach.providers._http import HttpAnswer, no_answer, request_json
+from scheduler_core.reach.providers._http import TRANSIENT_STATUSES, HttpAnswer, no_answer, request_json
 
 SETTINGS = ("access_key_id", "access_key_secret", "sign_name", "template_code", "region_id", "endpoint",
             "timeout_ms")
@@ -42,7 +42,6 @@ DEFAULT_ENDPOINT = "https://dysmsapi.aliyuncs.com/"
 DEFAULT_REGION = "cn-hangzhou"
 TRANSIENT_CODES = frozenset({"isv.BUSINESS_LIMIT_CONTROL", "isv.DAY_LIMIT_CONTROL", "isv.AMOUNT_NOT_ENOUGH",
                              "ServiceUnavailable", "InternalError", "SignatureNonceUsed"})
-TRANSIENT_STATUSES = frozenset({408, 425, 429})
 
 
 def percent_encode(value: str) -> str:

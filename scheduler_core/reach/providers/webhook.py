@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,21 +21,13 @@ from scheduler_core.reach.providers._config import (
     mask_endpoint,
     refuse_recipient,
 )
-from scheduler_core.reach.providers._delivery import (
-    ambiguous,
-    budget_ms,
-    delivered,
-    new_message_id,
-    no_time_left,
-    not_started,
-)
-from scheduler_core.reach.providers._http import HttpAnswer, no_answer, request_json
+from scheduler_core.reach.providers._delivery import budget_ms, new_message_id, no_time_left, not_started
+from scheduler_core.reach.providers._http import request_json, webhook_verdict
 
 SETTINGS = ("url", "headers", "timeout_ms", "idempotent")
 RESERVED_HEADERS = ("idempotency-key", "content-type", "content-length", "host", "transfer-encoding")
 RECIPIENT_MAX = 512
 KEY_MAX = 256
-TRANSIENT_STATUSES = frozenset({408, 425, 429})
 _RECIPIENT_RULE = f"1..{RECIPIENT_MAX} printable characters without surrounding whitespace"
 
 
@@ -103,27 +94,9 @@ class WebhookProvider:
         scrub = [value for name, value in self.headers.items() if is_secret_name(name)]
         answer = request_json("POST", self.url, timeout_ms=budget, headers=headers, json_body=payload,
                               scrub=[*scrub, urlsplit(self.url).password, message.to])
-        return self._judge(answer, budget, key)
-
-    def _judge(self, answer: HttpAnswer, budget: int, key: str | None) -> Delivery:
-        status = answer.status
-        if status is None:
-            return no_answer(answer, budget)
-        if 200 <= status < 300:
-            return delivered(_message_id(answer.data) or key or new_message_id())
-        text = f"HTTP {status} {_phrase(status)}".strip()
-        if status in TRANSIENT_STATUSES or status >= 500:
-            return ambiguous("transient_failure", text)
-        return ambiguous("permanent_rejection", text)
+        return webhook_verdict(answer, budget, lambda data: _message_id(data) or key or new_message_id())
 
     def snapshot(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type, "url": mask_endpoint(self.url),
                 "headers": mask_headers(self.headers), "timeout_ms": self.timeout_ms, "idempotent": self.idempotent}
-
-
-def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase  # ours, not the server's reason text
-    except ValueError:
-        return ""
 
