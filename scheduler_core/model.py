@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError
@@ -45,6 +46,7 @@ def _setting(cls: type[P], value: Any, field: str) -> P | None:
         raise ConfigError(f"{field}.{unknown[0][:40]}", f"is not a {field} setting")
     return cls(**value)
 NAME_MAX = 255
+RUNBOOK_URL_MAX = 2048
 DESCRIPTION_MAX = 10_000
 
 
@@ -171,6 +173,10 @@ class TaskDefinition:
         "Catch-up after downtime", Widget.CATCHUP, Section.ROUTING,
         "What a node does with occurrences nobody ran while the cluster was down, and how far back it looks.",
         example={"policy": "latest", "window_ms": 600_000}), None)
+    runbook_url: str | None = declare(TaskField(  # shown where an operator decides about this task's runs
+        "Runbook URL", Widget.LINE, Section.TASK, "Where an operator reads what to do when a run fails or its outcome "
+        "is unknown (http or https); linked from the task's page.", max_length=RUNBOOK_URL_MAX,
+        example="https://wiki.example.com/runbooks/nightly-export"), None)
     revision: int = declare(TaskField("Revision", Widget.STORED, Section.STORED, updatable=False),
                             0)  # incremented by every change
     paused: Pause | None = declare(TaskField(  # set by Scheduler.pause, cleared by resume
@@ -215,6 +221,21 @@ DECLARED = task_fields(TaskDefinition, declared=True)  # what a user declares, i
 UPDATABLE_FIELDS = tuple(f.name for f in DECLARED if f.spec.updatable)
 
 
+def check_link(value: Any, field: str) -> str | None:
+    """None, or an http(s) URL of one line (RUNBOOK_URL_MAX characters at most) that a page may link to:
+    no other scheme (a ``javascript:`` link would run in the operator's browser)."""
+    link = check_optional_text(value, field, RUNBOOK_URL_MAX, single_line=True)
+    if link is None:
+        return None
+    try:
+        parts = urlsplit(link)
+    except ValueError as exc:
+        raise ConfigError(field, f"is not a URL: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc or any(c.isspace() for c in link):
+        raise ConfigError(field, f"must be an http:// or https:// URL without spaces (got {link[:80]!r})")
+    return link
+
+
 PARAMS_MAX_BYTES = 64 * 1024  # a task's params as compact UTF-8 JSON: stored in every journal read of the task
 
 
@@ -246,6 +267,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
     if task.node_group is not None:
         check_group(task.node_group, "node_group")
     params = check_params(task.params, capped=not stored)
+    runbook_url = check_link(task.runbook_url, "runbook_url")
     handler = task.handler
     if handler is not None:
         if not isinstance(handler, Mapping):
@@ -253,7 +275,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
         check_json(handler, "handler")
         handler = handler_validator(handler) if handler_validator else dict(handler)
     return replace(task, description=description, cron=cron, timezone=timezone, retry=retry, params=params,
-                   handler=handler, catchup=catchup)
+                   handler=handler, catchup=catchup, runbook_url=runbook_url)
 
 
 

@@ -49,3 +49,17 @@ def test_groups_are_kept_sorted_and_once() -> None:
     assert SchedulerConfig(groups=["reports", "billing", "reports"]).groups == ("billing", "reports")
     assert validate_task(TaskDefinition(id="t", name="T", cron="* * * * *",
                                         catchup={"policy": "all"})).catchup_policy.window_ms == 3_600_000
+
+
+@pytest.mark.parametrize("link", ["javascript:alert(1)", "JaVaScRiPt:alert(1)", "data:text/html,x", "//evil.example",
+                                  "https://", "ftp://files.example/x", "https://wiki.example/a b", "https://x\n.y",
+                                  "https://" + "a" * 2048, "", 7, "http://[::1"])
+def test_a_runbook_link_is_an_http_url_a_page_may_link_to(link: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_task(TaskDefinition(id="t", name="T", cron="* * * * *", runbook_url=link))
+    assert info.value.field == "runbook_url"
+
+
+def test_a_runbook_link_is_kept_as_given() -> None:
+    for link in ("https://wiki.example.com/runbooks/x?y=1#z", "HTTP://intranet:8080/r", None):
+        assert validate_task(TaskDefinition(id="t", name="T", cron="* * * * *", runbook_url=link)).runbook_url == link
