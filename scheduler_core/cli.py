@@ -29,6 +29,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import __version__
 from scheduler_core.db import close_engine, create_engine, health_check, migration_state, upgrade
+from scheduler_core.db.replication import replication_state
 from scheduler_core.errors import ReachError, SchedulerError
 from scheduler_core.settings import Settings, likely_typos, read_settings
 
@@ -135,15 +136,19 @@ def _db_status(args: argparse.Namespace, settings: Settings) -> int:
     try:
         now_ms = health_check(engine)
         state = migration_state(engine)
+        replication = replication_state(engine)
     finally:
         close_engine(engine)
     report = {
         "database": config.redacted(),
         "healthy": True,
+        "replication": replication.to_json(),
         "database_clock": datetime.fromtimestamp(now_ms / 1000, UTC).isoformat(timespec="milliseconds"),
         "schema": {"current": state.current, "head": state.head, "up_to_date": state.up_to_date},
     }
     print(json.dumps(report, indent=2))
+    if replication.warning:
+        print(f"warning: {replication.warning}", file=sys.stderr)
     return 0 if state.up_to_date else 3
 
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, NoReturn
+from urllib.parse import quote
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -34,6 +35,10 @@ _SCHEMES = {
     "mariadb": "mysql",
 }
 _DRIVERS = {"sqlite": ("pysqlite",), "postgresql": ("psycopg",), "mysql": ("pymysql",)}
+# libpq's target_session_attrs: the scheduler writes, so only the values that land on a primary.
+SESSION_ATTRS_KNOWN = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
+SESSION_ATTRS_WRITABLE = ("read-write", "primary")
+MAX_HOSTS = 16
 _SA_DRIVERNAMES = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
 
 
@@ -65,6 +70,8 @@ class DatabaseConfig:
     database: str  # SQLite file path, or the database name on the server
     host: str | None = None  # server host (PostgreSQL / MySQL); default 127.0.0.1
     port: int | None = None  # server port; default 5432 / 3306
+    hosts: tuple[tuple[str, int], ...] | None = None  # PostgreSQL: a cluster's hosts, tried in order (libpq)
+    target_session_attrs: str | None = None  # PostgreSQL: read-write (the default with hosts) or primary
     user: str | None = None
     password: str | None = field(default=None, repr=False)  # masked in snapshots
     pool_size: int = 16  # connections kept per process, 1..1000
@@ -100,10 +107,39 @@ class DatabaseConfig:
             _check_text("host", self.host)
         if self.port is not None:
             _check_int("port", self.port, 1, 65535)
+        if self.hosts is not None:
+            self._check_hosts()
+        if self.target_session_attrs is not None:
+            _check_session_attrs(self.type, self.target_session_attrs)
+        elif self.hosts is not None:  # several hosts: the scheduler needs the writable one
+            object.__setattr__(self, "target_session_attrs", "read-write")
         if self.user is not None:
             _check_text("user", self.user)
         if self.password is not None:
             check_text(self.password, "password", SETTING_MAX, DatabaseConfigError, blank=True)
+
+    def _check_hosts(self) -> None:
+        if self.type != "postgresql":
+            _fail("hosts", "a list of hosts is for PostgreSQL (libpq tries them in order); for MariaDB give the "
+                           "one address of the cluster's proxy or virtual IP")
+        if self.host is not None or self.port is not None:
+            _fail("hosts", "give host and port, or hosts, not both")
+        if not isinstance(self.hosts, tuple | list) or not 1 <= len(self.hosts) <= MAX_HOSTS:
+            _fail("hosts", f"must be a list of 1 to {MAX_HOSTS} hosts, each host:port or a (host, port) pair",
+                  self.hosts)
+        checked = []
+        for index, entry in enumerate(self.hosts):
+            if isinstance(entry, str):  # "host:port", as in a URL
+                entry = _host_entry(entry, index, self.type)
+            if not isinstance(entry, tuple | list) or len(entry) != 2:
+                _fail(f"hosts[{index}]", "must be a (host, port) pair", entry)
+            host, port = entry
+            _check_text(f"hosts[{index}].host", host)
+            if any(c in host for c in ",/?#@ ") or host != host.strip():
+                _fail(f"hosts[{index}].host", "must be a host name or address", host)
+            _check_int(f"hosts[{index}].port", port, 1, 65535)
+            checked.append((host, port))
+        object.__setattr__(self, "hosts", tuple(checked))
 
     # --- constructors ----------------------------------------------------------
 
@@ -161,6 +197,13 @@ class DatabaseConfig:
         path is absolute (:meth:`sqlite_path`)."""
         if self.type == "sqlite":
             return URL.create("sqlite", database=self.sqlite_path())
+        query: dict[str, Any] = {}
+        if self.target_session_attrs is not None:
+            query["target_session_attrs"] = self.target_session_attrs
+        if self.hosts is not None:  # libpq's multi-host form, which SQLAlchemy passes on to psycopg
+            return URL.create(_SA_DRIVERNAMES[self.type], username=self.user, password=self.password,
+                              database=self.database,
+                              query={"host": [f"{_url_host(h)}:{p}" for h, p in self.hosts], **query})
         return URL.create(
             _SA_DRIVERNAMES[self.type],
             username=self.user,
@@ -168,6 +211,7 @@ class DatabaseConfig:
             host=self.host or "127.0.0.1",
             port=self.port or DEFAULT_PORTS[self.type],
             database=self.database,
+            query=query,
         )
 
     def redacted(self) -> dict[str, Any]:
@@ -177,8 +221,20 @@ class DatabaseConfig:
             snapshot["password"] = MASK
         if self.tls is not None and self.tls.key is not None:
             snapshot["tls"]["key"] = MASK
-        snapshot["url"] = self.sqlalchemy_url().render_as_string(hide_password=True)
+        snapshot["url"] = self.display_url()
+        if self.hosts is not None:
+            snapshot["hosts"] = [f"{_url_host(h)}:{p}" for h, p in self.hosts]
         return snapshot
+
+    def display_url(self) -> str:
+        """The URL as a person writes it (libpq style for several hosts), the password masked."""
+        if self.type == "sqlite" or self.hosts is None:
+            return self.sqlalchemy_url().render_as_string(hide_password=True)
+        user = self.sqlalchemy_url().set(drivername="x", query={}).render_as_string(hide_password=True)
+        userinfo = user.removeprefix("x://").partition("@")[0] + "@" if self.user else ""
+        hosts = ",".join(f"{_url_host(h)}:{p}" for h, p in self.hosts)
+        return (f"{_SA_DRIVERNAMES[self.type]}://{userinfo}{hosts}/{quote(self.database, safe='')}"
+                f"?target_session_attrs={self.target_session_attrs}")
 
 
 
@@ -210,28 +266,93 @@ def parse_database_config(value: str | Mapping[str, Any] | DatabaseConfig) -> Da
 
 def _fields_from_url(url: Any) -> dict[str, Any]:
     check_text(url, "url", SETTING_MAX, DatabaseConfigError)
+    url, hosts = _split_host_list(url)
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        _fail("url", "is not a database URL (expected e.g. postgresql://user@host:5432/db)")
+    except (ArgumentError, ValueError):
+        _fail("url", "is not a database URL (expected e.g. postgresql://user@host:5432/db, or "
+                     "postgresql://user@host1:5432,host2:5432/db for a cluster)")
     scheme, _, driver = parsed.drivername.partition("+")
     db_type = _SCHEMES.get(scheme)
     if db_type is None:
         _fail("url", f"unsupported database type {scheme!r}; use sqlite, postgresql or mysql")
     if driver and driver not in _DRIVERS[db_type]:
         _fail("url", f"driver {driver!r} is not supported for {db_type}; use {_DRIVERS[db_type][0]}")
-    if parsed.query:
-        _fail("url", "query parameters are not accepted; use the configuration fields instead")
+    query = dict(parsed.query)
+    attrs = query.pop("target_session_attrs", None)
+    if query:
+        _fail("url", f"query parameter {sorted(query)[0][:40]!r} is not accepted; use the configuration fields "
+                     "instead (target_session_attrs is the one a PostgreSQL URL may carry)")
     if db_type == "sqlite":
+        if hosts is not None:
+            _fail("hosts", "do not apply to SQLite (one file on one host)")
+        if attrs is not None:
+            _fail("target_session_attrs", "does not apply to SQLite")
         if not parsed.database:
             _fail("database", "an in-memory SQLite database cannot be shared by connections; give a file path")
         return {"type": "sqlite", "database": parsed.database}
     if not parsed.database:
         _fail("database", "is required in the URL path (…/dbname)")
-    return {
-        "type": db_type, "database": parsed.database, "host": parsed.host, "port": parsed.port,
-        "user": parsed.username, "password": parsed.password,
-    }
+    if not isinstance(attrs, str | None):
+        _fail("target_session_attrs", "is given more than once")
+    fields_: dict[str, Any] = {"type": db_type, "database": parsed.database, "user": parsed.username,
+                               "password": parsed.password, "target_session_attrs": attrs}
+    if hosts is not None:
+        return {**fields_, "hosts": hosts}
+    return {**fields_, "host": parsed.host, "port": parsed.port}
+
+
+def _split_host_list(url: str) -> tuple[str, tuple[tuple[str, int], ...] | None]:
+    """A libpq multi-host URL (``scheme://user@h1:5432,h2:5433/db``) as the URL with one placeholder
+    host, and its hosts; any other URL as it is and None. Each host is named in an error by its place."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, None
+    authority, slash, tail = rest.partition("/")
+    userinfo, at, hostlist = authority.rpartition("@")
+    if "," not in hostlist:
+        return url, None
+    hosts = []
+    for index, entry in enumerate(hostlist.split(",")):
+        hosts.append(_host_entry(entry, index, _SCHEMES.get(scheme.partition("+")[0], "postgresql")))
+    return f"{scheme}://{userinfo}{at}cluster{slash}{tail}", tuple(hosts)
+
+
+def _host_entry(entry: str, index: int, db_type: str) -> tuple[str, int]:
+    field_ = f"hosts[{index}]"
+    if not entry:
+        _fail(field_, "is empty (two commas, or a comma at an end of the host list)")
+    if entry.startswith("["):  # [IPv6]:port
+        host, close, after = entry[1:].partition("]")
+        if not close or (after and not after.startswith(":")):
+            _fail(field_, "is not [IPv6 address]:port", entry)
+        port_text = after[1:]
+    else:
+        host, colon, port_text = entry.rpartition(":") if ":" in entry else (entry, "", "")
+        if colon and ":" in host:
+            _fail(field_, "an IPv6 address goes in brackets: [::1]:5432", entry)
+    if not host:
+        _fail(f"{field_}.host", "is empty", entry)
+    if port_text == "" and not entry.endswith(":"):
+        return host, DEFAULT_PORTS.get(db_type, 5432)
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
+        _fail(f"{field_}.port", "must be a port number, 1 to 65535", port_text)
+    return host, int(port_text)
+
+
+def _check_session_attrs(db_type: str, value: Any) -> None:
+    if db_type != "postgresql":
+        _fail("target_session_attrs", "is a PostgreSQL (libpq) setting", value)
+    if value not in SESSION_ATTRS_KNOWN:
+        _fail("target_session_attrs", f"must be one of {', '.join(SESSION_ATTRS_WRITABLE)} (libpq knows "
+                                      f"{', '.join(SESSION_ATTRS_KNOWN)})", value)
+    if value not in SESSION_ATTRS_WRITABLE:
+        _fail("target_session_attrs", f"must be {' or '.join(SESSION_ATTRS_WRITABLE)}: the scheduler writes, so it "
+                                      "must land on the primary", value)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _tls_from_mapping(values: Mapping[str, Any]) -> TlsConfig:

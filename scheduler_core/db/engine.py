@@ -62,6 +62,8 @@ def prepare_engine(engine: Engine, *, busy_timeout_ms: int = 30_000) -> Engine:
         event.listen(engine, "begin", _sqlite_on_begin)
     elif kind == "mysql":
         event.listen(engine, "connect", _mysql_on_connect)
+    else:
+        event.listen(engine, "handle_error", _pg_not_the_primary)
     _prepared.add(engine)
     return engine
 
@@ -202,6 +204,22 @@ def _sqlite_on_begin(conn: Connection) -> None:
         return  # each statement its own implicit transaction (store.transactions.AutocommitLine)
     read_only = options.get("hai_read_only", False)
     conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+# The server this connection reached is no longer a writable primary: a standby refusing a write
+# (25006, after a failover demoted it), or shutting down (57P01 admin_shutdown, 57P02 crash_shutdown,
+# 57P03 cannot_connect_now).
+NOT_THE_PRIMARY = frozenset({"25006", "57P01", "57P02", "57P03"})
+
+
+def _pg_not_the_primary(context: Any) -> None:
+    """Treat "not the primary" as a lost connection: SQLAlchemy then invalidates this connection
+    and every one the pool checked out before it, so the next check-out connects afresh and libpq
+    (``target_session_attrs=read-write``) finds the writable host. Nothing was committed: the
+    statement was refused."""
+    code = getattr(context.original_exception, "sqlstate", None)
+    if code in NOT_THE_PRIMARY:
+        context.is_disconnect = True
 
 
 def _mysql_on_connect(dbapi_connection: Any, connection_record: Any) -> None:

@@ -72,6 +72,32 @@ def test_redacted_masks_tls_key_but_keeps_shape() -> None:
         ({"type": "mysql", "database": "d", "tls": {"verify": "maybe"}}, "tls.verify"),
         ({"type": "mysql", "database": "d", "tls": {"pem": "x"}}, "tls.pem"),
         ({"type": "mysql", "database": "d", "poolsize": 3}, "poolsize"),
+        # a cluster's host list (libpq multi-host), issue #31
+        ({"url": "postgresql://u@h1:5432,h2:99999/db"}, "hosts[1].port"),
+        ({"url": "postgresql://u@h1:x,h2/db"}, "hosts[0].port"),
+        ({"url": "postgresql://u@h1:,h2/db"}, "hosts[0].port"),
+        ({"url": "postgresql://u@h1,,h2/db"}, "hosts[1]"),
+        ({"url": "postgresql://u@h1,h2,/db"}, "hosts[2]"),
+        ({"url": "postgresql://u@::1,h2/db"}, "hosts[0]"),
+        ({"url": "postgresql://u@[::1,h2/db"}, "hosts[0]"),
+        ({"url": "postgresql://u@h1,postgresql://h2/db"}, "hosts[1].port"),
+        ({"url": "mysql://root@h1,h2/db"}, "hosts"),
+        ({"url": "sqlite://h1,h2/x.db"}, "hosts"),
+        ({"url": "sqlite:///x.db?target_session_attrs=read-write"}, "target_session_attrs"),
+        ({"url": "mysql://root@h/db?target_session_attrs=read-write"}, "target_session_attrs"),
+        ({"url": "postgresql://u@h1,h2/db?target_session_attrs=standby"}, "target_session_attrs"),
+        ({"url": "postgresql://u@h1,h2/db?target_session_attrs=prefer-standby"}, "target_session_attrs"),
+        ({"url": "postgresql://u@h1,h2/db?target_session_attrs=any"}, "target_session_attrs"),
+        ({"url": "postgresql://u@h1,h2/db?target_session_attrs=readwrite"}, "target_session_attrs"),
+        ({"url": "postgresql://u@h1,h2/db?target_session_attrs=read-write&target_session_attrs=primary"},
+         "target_session_attrs"),
+        ({"url": "postgresql://u@h1,h2/db?connect_timeout=1"}, "url"),
+        ({"type": "postgresql", "database": "d", "host": "h", "hosts": ["a:1", "b:2"]}, "hosts"),
+        ({"type": "postgresql", "database": "d", "hosts": []}, "hosts"),
+        ({"type": "postgresql", "database": "d", "hosts": [("a", 0)]}, "hosts[0].port"),
+        ({"type": "postgresql", "database": "d", "hosts": [("a b", 5432)]}, "hosts[0].host"),
+        ({"type": "postgresql", "database": "d", "hosts": [("a", 1, 2)]}, "hosts[0]"),
+        ({"type": "postgresql", "database": "d", "hosts": [f"h{i}:1" for i in range(17)]}, "hosts"),
     ],
 )
 def test_invalid_values_name_the_field(values: dict[str, object], field: str) -> None:
@@ -128,3 +154,21 @@ def test_invalid_config_creates_nothing(tmp_path: Path) -> None:
     with pytest.raises(DatabaseConfigError):
         create_engine({"url": f"sqlite:///{target}", "pool_size": -1})
     assert not target.exists()
+
+
+def test_a_cluster_url_keeps_every_host_in_order_and_lands_on_the_primary() -> None:
+    config = DatabaseConfig.from_url("postgresql://u:s3cret@db-a:5432,db-b,[fd00::7]:6432/jobs")
+    assert config.hosts == (("db-a", 5432), ("db-b", 5432), ("fd00::7", 6432))
+    assert config.target_session_attrs == "read-write"  # several hosts: the writable one, always
+    snapshot = config.redacted()
+    assert snapshot["hosts"] == ["db-a:5432", "db-b:5432", "[fd00::7]:6432"]
+    assert snapshot["url"] == ("postgresql+psycopg://u:***@db-a:5432,db-b:5432,[fd00::7]:6432/jobs"
+                               "?target_session_attrs=read-write")
+    assert "s3cret" not in repr(snapshot)
+    url = config.sqlalchemy_url()
+    assert url.query["host"] == ("db-a:5432", "db-b:5432", "[fd00::7]:6432")
+    assert DatabaseConfig.from_url("postgresql://u@h/db?target_session_attrs=primary").target_session_attrs == \
+        "primary"
+    assert DatabaseConfig.from_url("postgresql://u@h/db").target_session_attrs is None  # one host: as before
+    assert DatabaseConfig.from_mapping({"type": "postgresql", "database": "d", "hosts": ["a:1", ("b", 2)]}).hosts \
+        == (("a", 1), ("b", 2))
