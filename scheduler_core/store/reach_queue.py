@@ -2,8 +2,9 @@
 
 Leases work as for executions: a claimed row carries a random ``lock_token`` and a
 ``locked_until`` deadline computed and compared with ``db_now_ms()`` inside each statement;
-an owner's write locks the row first so the comparison runs after any lock wait. Every
-conditional write reports whether it applied (0 rows: the caller lost).
+an owner's write locks the row first so the comparison runs after any lock wait
+(``store/owner_write.py``). Every conditional write reports whether it applied (0 rows: the
+caller lost).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import DatabaseError
 from scheduler_core.store.dialect import greatest
+from scheduler_core.store.owner_write import Owned, owner_write
 from scheduler_core.store.reach_queue_pages import QueueEntry, QueuePages, entry_from_row
 from scheduler_core.store.totals import Tally
 from scheduler_core.store.transactions import one_row, read, write
 
 OWNED_STATUSES = ("processing", "sending")
+_OWNED = Owned(reach_queue.c.queue_id, reach_queue.c.updated_at, (reach_queue.c.provider,))
 
 
 @dataclass(frozen=True)
@@ -157,46 +160,22 @@ class QueueRepository(QueuePages):
     def _owner_write(self, ids: builtins.list[str], token: str, statuses: tuple[str, ...],
                      values: Callable[[Connection], dict[str, Any]], bind: Connection | None = None,
                      tally: Callable[[dict[str, str]], Tally] | None = None) -> set[str]:
-        """An owner's lease-checked UPDATE of ``ids`` in one transaction; the ids it changed.
-
-        The rows are locked first (servers; in queue-id order, so concurrent lockers queue
-        alike): PostgreSQL would otherwise evaluate the lease before a lock wait and let a
-        deadline that passed during the wait go unnoticed (see ExecutionRepository._lock_rows).
-        The changed ids come from RETURNING; on MySQL from the row count, or when some rows did
-        not match, from ``updated_at`` read under the lock before and after (only our write
-        can change a row we hold locked). ``tally``: what the changed rows (id -> provider) count,
+        """An owner's lease-checked UPDATE of ``ids`` in one transaction (``store/owner_write.py``:
+        the rows locked first, in queue-id order, then the changed ids from RETURNING or MySQL's
+        row count); the ids it changed. ``tally``: what the changed rows (id -> provider) count,
         written in the same transaction (store/totals.py)."""
         if not ids:
             return set()
         ordered = sorted(set(ids))
 
         def work(conn: Connection) -> set[str]:
-            changed = self._owner_update(conn, ordered, token, statuses, values)
+            changed = owner_write(conn, _OWNED, ordered, lambda: update(reach_queue).where(
+                self._owned_by(ordered, token, statuses)).values(**values(conn)))
             if tally is not None:
-                tally(changed).write(conn)
+                tally({queue_id: str(provider) for queue_id, (provider,) in changed.items()}).write(conn)
             return set(changed)
 
         return write(bind or self.engine, work)
-
-    def _owner_update(self, conn: Connection, ordered: builtins.list[str], token: str, statuses: tuple[str, ...],
-                      values: Callable[[Connection], dict[str, Any]]) -> dict[str, str]:
-        """``_owner_write``'s statements: the changed rows' ids, each with its provider."""
-        kind = dialect_kind(conn)
-        q = reach_queue.c
-        before: dict[str, tuple[Any, str]] = {}
-        if kind != "sqlite":
-            before = {row[0]: (row[1], row[2]) for row in conn.execute(
-                select(q.queue_id, q.updated_at, q.provider)
-                .where(q.queue_id.in_(ordered)).order_by(q.queue_id).with_for_update())}
-        statement = update(reach_queue).where(self._owned_by(ordered, token, statuses)).values(**values(conn))
-        if kind != "mysql":
-            return {str(i): str(p) for i, p in conn.execute(statement.returning(q.queue_id, q.provider))}
-        matched = conn.execute(statement).rowcount
-        if matched in (0, len(ordered)):
-            return {i: before[i][1] for i in ordered if i in before} if matched else {}
-        after = {row[0]: row[1] for row in conn.execute(
-            select(q.queue_id, q.updated_at).where(q.queue_id.in_(ordered)))}
-        return {i: before[i][1] for i in ordered if i in before and after.get(i) != before[i][0]}
 
     def mark_sending_many(self, ids: builtins.list[str], token: str, conn: Connection | None = None) -> set[str]:
         """processing -> sending for a wave, written right before its provider calls (lease
