@@ -296,7 +296,7 @@ class OwnerWrites:
         return outcomes
 
     def _project_alone(self, r: FinishRequest, batch_error: str | None) -> LogPersistence:
-        done = replace(r.execution, status=r.status, reason=r.reason, attempts=tuple(r.attempts),  # type: ignore[arg-type]
+        done = replace(r.execution, status=r.status, reason=r.reason, attempts=tuple(r.attempts),
                        log_persistence=LogPersistenceStatus.PENDING)
         try:
             self._logs.project(done)

@@ -217,7 +217,7 @@ class ExecutionOperations:
 
     def list_unknown(self, limit: int = 50, offset: int = 0) -> list[Execution]:
         check_page(limit, offset)
-        return self._context().executions.list_by_status("unknown", limit, offset)
+        return self._context().executions.list_by_status(ExecutionStatus.UNKNOWN, limit, offset)
 
     def unknown(self, task_id: str | None = None, reason: str | None = None, limit: int = 100) -> list[Execution]:
         """Unknown executions (optionally of one task, one reason), the longest-waiting first."""
@@ -237,7 +237,7 @@ class ExecutionOperations:
         """Settle an unknown execution as success or discarded (compare-and-set on updated_at)
         and release its task's slot. Exactly one of concurrent resolutions wins."""
         check_id(occurrence_id, "occurrence_id")
-        check_choice(status, "status", Resolution)
+        verdict = check_choice(status, "status", Resolution)
         check_ms(expected_updated_at, "expected_updated_at")
         check_optional_text(resolved_by, "resolved_by", ID_MAX, single_line=True)
         check_optional_text(reason, "reason", REASON_MAX)
@@ -246,7 +246,7 @@ class ExecutionOperations:
             raise ConflictError(f"execution {occurrence_id!r} is {execution.status}, not unknown",
                                 occurrence_id=occurrence_id)
         repo = self._context().executions
-        if not repo.resolve_unknown(execution, status, expected_updated_at, resolved_by, reason):
+        if not repo.resolve_unknown(execution, verdict, expected_updated_at, resolved_by, reason):
             raise ConflictError(f"execution {occurrence_id!r} changed since it was read "
                                 f"(updated_at is no longer {expected_updated_at})", occurrence_id=occurrence_id)
         return self.get(occurrence_id)

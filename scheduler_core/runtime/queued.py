@@ -13,6 +13,7 @@ from scheduler_core.runtime.planner import Planner
 from scheduler_core.runtime.recovery import claimed_execution, queued_request
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.statuses import ExecutionStatus
+from scheduler_core.store import ClaimOutcome
 
 QUEUED_BATCH = 200  # queued rows read per scan
 
@@ -39,7 +40,7 @@ class QueuedClaims:
         mine = [e for e in rows if self.runnable(e.task_id)]
         requests = [queued_request(e, str(uuid.uuid4())) for e in mine[:self.free_capacity()]]
         results = self.ctx.handoff.claim_queued(requests) if requests else []
-        claimed = {r.occurrence_id for r in results if r.outcome == "claimed"}
+        claimed = {r.occurrence_id for r in results if r.outcome == ClaimOutcome.CLAIMED}
         for r in requests:
             if r.occurrence_id in claimed:
                 self.submit(Runner(self.ctx, Ownership(claimed_execution(r, self.ctx.node_id), r.token, None, [],

@@ -15,7 +15,7 @@ from scheduler_core.model import Attempt, Execution
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import Planner
 from scheduler_core.runtime.runner import Ownership, Runner
-from scheduler_core.statuses import ExecutionStatus
+from scheduler_core.statuses import AttemptStatus, ExecutionStatus, Trigger
 from scheduler_core.store import ClaimRequest
 
 logger = logging.getLogger("scheduler_core.node")
@@ -68,10 +68,10 @@ class ExpiryRecovery:
         attempts = [_closed(a) for a in execution.attempts]
         if not started:
             # No attempt ever began: nothing can have happened. Interrupt and free the slot.
-            self.ctx.executions.settle_expired(execution, "interrupted", "owner_lost_before_start", attempts, True)
+            self.ctx.executions.mark_interrupted(execution, "owner_lost_before_start", attempts)
             return True
         reason = "attempts_exhausted" if task is not None and task.idempotent else "lease_expired"
-        if self.ctx.executions.settle_expired(execution, "unknown", reason, attempts, False):
+        if self.ctx.executions.mark_unknown(execution, reason, attempts):
             settled = replace(execution, status=ExecutionStatus.UNKNOWN, attempts=tuple(attempts))
             try:
                 self.ctx.logs.project(settled)
@@ -83,7 +83,7 @@ class ExpiryRecovery:
 def claimed_execution(r: ClaimRequest, node_id: str) -> Execution:
     """The in-memory view of a row we just claimed."""
     return Execution(
-        occurrence_id=r.occurrence_id, task_id=r.task_id, task_revision=r.task_revision, trigger=r.trigger,  # type: ignore[arg-type]
+        occurrence_id=r.occurrence_id, task_id=r.task_id, task_revision=r.task_revision, trigger=Trigger(r.trigger),
         source=r.source, idempotency_key=r.idempotency_key, scheduled_minute=r.scheduled_minute,
         status=ExecutionStatus.RUNNING,
         reason=None, sequence=1, attempt=0, max_attempts=r.max_attempts, execution_token=r.token,
@@ -102,5 +102,6 @@ def queued_request(execution: Execution, token: str) -> ClaimRequest:
 def _closed(attempt: Attempt) -> Attempt:
     if attempt.status is not None:
         return attempt
-    return replace(attempt, status="unknown", error=f"owner {attempt.node_id} lost its lease before reporting")
+    return replace(attempt, status=AttemptStatus.UNKNOWN,
+                   error=f"owner {attempt.node_id} lost its lease before reporting")
 

@@ -15,11 +15,12 @@ from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistenc
 from scheduler_core.runtime.batching import Answer, FinishOutcome
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import definition_problem
-from scheduler_core.statuses import LogPersistenceStatus
+from scheduler_core.statuses import AttemptStatus, ExecutionStatus, LogPersistenceStatus
 from scheduler_core.store.executions import BeginRequest, FinishRequest
 
 logger = logging.getLogger("scheduler_core.runner")
 CANCELLED_BY_DEFINITION = ("deleted", "disabled", "rescheduled", "unreadable")
+UNCONFIRMED = LogPersistenceStatus.UNCONFIRMED
 
 
 class Next(enum.Enum):
@@ -67,7 +68,7 @@ class Runner:
             step = self._run()
         except Exception:
             logger.exception("runner for %s failed unexpectedly", self.owned.execution.occurrence_id)
-            step = self._log("unconfirmed", "internal error")
+            step = self._log(UNCONFIRMED, "internal error")
         if isinstance(step, ExecutionLog):
             self._settle(step)
 
@@ -87,12 +88,12 @@ class Runner:
             found = self._read_definition()
         problem = definition_problem(self.owned.execution, found)
         if problem:
-            return self._finish("interrupted", problem, release=True)
+            return self._finish(ExecutionStatus.INTERRUPTED, problem, release=True)
         while True:
             if self.signal.is_set():
                 return self._cancelled_before_start()
             if not self._begin_attempt():
-                return self._log("unconfirmed", "lease lost before the attempt began")
+                return self._log(UNCONFIRMED, "lease lost before the attempt began")
             outcome = self._call_handler()
             decided = self._decide(outcome)
             if decided is not Next.ATTEMPT:
@@ -104,7 +105,7 @@ class Runner:
         """Attempts begun by a previous owner that never reported: their effect is unknown."""
         self.owned.attempts = [
             a if a.status is not None else replace(
-                a, status="unknown", finished_at=a.finished_at,
+                a, status=AttemptStatus.UNKNOWN, finished_at=a.finished_at,
                 error=f"owner {a.node_id} lost its lease before reporting (taken over)")
             for a in self.owned.attempts]
 
@@ -160,14 +161,14 @@ class Runner:
         task = self.owned.task
         assert task is not None
         if outcome.status == "success":
-            return self._finish("success", None, release=True)
+            return self._finish(ExecutionStatus.SUCCESS, None, release=True)
         if outcome.status == "interrupted":
-            return self._finish("interrupted", "handler", release=True)
+            return self._finish(ExecutionStatus.INTERRUPTED, "handler", release=True)
         if task.idempotent and len(self.owned.attempts) < self.owned.execution.max_attempts:
             return self._wait_for_retry()
         if outcome.status == "unknown":
-            return self._finish("unknown", "outcome_unknown", release=False)
-        return self._finish("failed", None, release=True)
+            return self._finish(ExecutionStatus.UNKNOWN, "outcome_unknown", release=False)
+        return self._finish(ExecutionStatus.FAILED, None, release=True)
 
     def _read_definition(self) -> TaskDefinition | Exception | None:
         try:
@@ -186,17 +187,17 @@ class Runner:
             return self._cancelled_before_start()
         problem = definition_problem(self.owned.execution, self._read_definition())
         if problem:
-            return self._finish("interrupted", problem, release=True)
+            return self._finish(ExecutionStatus.INTERRUPTED, problem, release=True)
         return Next.ATTEMPT
 
     def _cancelled_before_start(self) -> Step:
         """Cancelled while no handler of this owner was running."""
         reason = self.signal.reason or "cancelled"
         if reason == "lease_lost":
-            return self._log("unconfirmed", "lease lost")
-        return self._finish("interrupted", reason, release=True)
+            return self._log(UNCONFIRMED, "lease lost")
+        return self._finish(ExecutionStatus.INTERRUPTED, reason, release=True)
 
-    def _overrule_last_attempt(self, status: str, error: str) -> None:
+    def _overrule_last_attempt(self, status: AttemptStatus, error: str) -> None:
         last = self.owned.attempts[-1]
         if last.status != status:
             self.owned.attempts[-1] = replace(last, status=status, error=error, result=None)
@@ -204,21 +205,21 @@ class Runner:
     def _cancelled_after_start(self) -> Step:
         reason = self.signal.reason or "cancelled"
         if reason == "lease_lost":
-            return self._log("unconfirmed", "lease lost while the handler ran")
+            return self._log(UNCONFIRMED, "lease lost while the handler ran")
         if reason in CANCELLED_BY_DEFINITION:
-            self._overrule_last_attempt("interrupted", f"cancelled: task {reason}")
-            return self._finish("interrupted", reason, release=True)
+            self._overrule_last_attempt(AttemptStatus.INTERRUPTED, f"cancelled: task {reason}")
+            return self._finish(ExecutionStatus.INTERRUPTED, reason, release=True)
         # Closing: the handler had started, so its effect may exist. Never publish success.
-        self._overrule_last_attempt("unknown", "the node closed while the handler ran")
+        self._overrule_last_attempt(AttemptStatus.UNKNOWN, "the node closed while the handler ran")
         task = self.owned.task
         if task is not None and task.idempotent and len(self.owned.attempts) < self.owned.execution.max_attempts:
             self.ctx.executions.expire_now(self.owned.execution.occurrence_id, self.owned.token)
-            return self._log("unconfirmed", "node closed; left for takeover")
-        return self._finish("unknown", "node_closed", release=False)
+            return self._log(UNCONFIRMED, "node closed; left for takeover")
+        return self._finish(ExecutionStatus.UNKNOWN, "node_closed", release=False)
 
     # --- terminal commit and logs -------------------------------------------------------
 
-    def _finish(self, status: str, reason: str | None, release: bool) -> Next:
+    def _finish(self, status: ExecutionStatus, reason: str | None, release: bool) -> Next:
         """Hand the terminal commit (with the log projection) to the node's group commit; the
         runner settles when it is decided."""
         request = FinishRequest(self.owned.execution, self.owned.token, status, reason, tuple(self.owned.attempts),
@@ -232,7 +233,7 @@ class Runner:
             log = self._after_finish(request, future)
         except Exception:  # the runner must settle whatever happens, or close() would wait forever
             logger.exception("settling %s failed", request.occurrence_id)
-            log = self._log("unconfirmed", "internal error after the terminal commit", request.status)
+            log = self._log(UNCONFIRMED, "internal error after the terminal commit", request.status)
         self._settle(log)
 
     def _after_finish(self, request: FinishRequest, future: Answer[FinishOutcome]) -> ExecutionLog:
@@ -241,13 +242,13 @@ class Runner:
             outcome = future.result()
         except Exception as exc:
             logger.warning("terminal commit of %s failed: %s", request.occurrence_id, exc)
-            return self._log("unconfirmed", f"terminal commit failed: {exc}", status)
+            return self._log(UNCONFIRMED, f"terminal commit failed: {exc}", status)
         if not outcome.committed:
-            return self._log("unconfirmed", "lease lost before the terminal commit", status)
+            return self._log(UNCONFIRMED, "lease lost before the terminal commit", status)
         self.ctx.leases.remove(self.owned.token)  # settled: nothing left to renew
-        self.owned.execution = replace(request.execution, status=status, reason=request.reason,  # type: ignore[arg-type]
+        self.owned.execution = replace(request.execution, status=status, reason=request.reason,
                                        attempts=tuple(request.attempts))
-        if status == "success" and self.owned.task is not None and self.owned.task.delete_after_run:
+        if status == ExecutionStatus.SUCCESS and self.owned.task is not None and self.owned.task.delete_after_run:
             self._delete_after_run(self.owned.task)
         return self._log(outcome.persistence.status, outcome.persistence.error, status)
 
@@ -258,8 +259,9 @@ class Runner:
         except Exception:
             logger.warning("delete_after_run of %s failed", task.id, exc_info=True)
 
-    def _log(self, persistence: str, note: str | None = None, status: str | None = None) -> ExecutionLog:
+    def _log(self, persistence: LogPersistenceStatus, note: str | None = None,
+             status: ExecutionStatus | None = None) -> ExecutionLog:
         attempt = self.owned.attempts[-1] if self.owned.attempts else None
         return ExecutionLog.of(self.owned.execution, attempt,
-                               LogPersistence(LogPersistenceStatus(persistence), note), status)
+                               LogPersistence(persistence, note), status)
 

@@ -36,6 +36,7 @@ from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.task_operations import TaskOperations, TaskState
 from scheduler_core.statuses import Trigger
 from scheduler_core.store import (
+    ClaimOutcome,
     ClaimRequest,
     ExecutionRepository,
     LogRepository,
@@ -361,7 +362,7 @@ class Scheduler:
             self._hand_off(ctx, task, request)
             return occurrence_id, None
         (result,) = ctx.executions.claim([request])
-        if result.outcome != "claimed":
+        if result.outcome != ClaimOutcome.CLAIMED:
             return occurrence_id, None
         runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token, None, [],
                                        reread=True))

@@ -1,42 +1,39 @@
-"""Attempt logs: projection from the journal, queries, retention.
+"""Attempt logs: their queries, retention, and the projection of one journal row (``project``).
 
-The journal is the truth; a log row is its projection, keyed by the attempt's stable UUID.
-Projection inserts missing rows and compares existing ones field by field, then marks the
-journal ``persisted`` -- all in one transaction, so replaying it (after a lost
-acknowledgement, or from another node's ``repair_log``) is harmless. The node projects a
-batch of terminal commits inside their own transaction (``project_logs`` called by
-``ExecutionRepository.finish_many``); ``repair_log`` uses ``project``.
+The journal is the truth; a log row is its projection, keyed by the attempt's stable UUID
+(``store/journal/projection.py``: ``project_logs``, which also marks the journal ``persisted``,
+in one transaction, so replaying it is harmless). The node projects a batch of terminal commits
+inside their own transaction (``ExecutionRepository.finish_many``); ``repair_log`` uses
+``project``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql import ColumnElement, Select
 
 from scheduler_core.db.clock import db_now_ms, optional_ms
 from scheduler_core.db.engine import dialect_kind
-from scheduler_core.db.tables import executions, logs
-from scheduler_core.errors import LogPersistFailedError
-from scheduler_core.model import Attempt, Execution, ExecutionLog
-from scheduler_core.store.dialect import Batch, StatementCache, insert_ignore_many, run
+from scheduler_core.db.tables import logs
+from scheduler_core.model import Execution, ExecutionLog
+from scheduler_core.statuses import AttemptStatus
+from scheduler_core.store.journal import log_row, project_logs
 from scheduler_core.store.transactions import read, write
 
-PRUNE_BATCH = 5_000  # log rows one retention transaction deletes at most (a short lock, however many are due)
+__all__ = ["PRUNE_BATCH", "LogFilter", "LogRepository", "log_from_row", "log_row", "project_logs"]
 
-_COMPARED = ("occurrence_id", "task_id", "trigger", "source", "status", "sequence", "attempt", "node_id",
-             "started_at", "finished_at", "duration_ms", "error", "result")
+PRUNE_BATCH = 5_000  # log rows one retention transaction deletes at most (a short lock, however many are due)
 
 
 @dataclass(frozen=True)
 class LogFilter:
     task_id: str | None = None
-    status: str | None = None
+    status: AttemptStatus | None = None
     trigger_source: str | None = None
     started_after: int | None = None  # ms, inclusive
     started_before: int | None = None  # ms, exclusive
@@ -57,18 +54,6 @@ class LogFilter:
         return query
 
 
-def log_row(execution: Execution, attempt: Attempt) -> dict[str, Any]:
-    finished = attempt.finished_at
-    return {
-        "id": attempt.log_id, "occurrence_id": execution.occurrence_id, "task_id": execution.task_id,
-        "trigger": execution.trigger, "source": execution.source, "status": attempt.status or "unknown",
-        "sequence": attempt.sequence, "attempt": attempt.attempt, "node_id": attempt.node_id,
-        "started_at": attempt.started_at, "finished_at": finished,
-        "duration_ms": None if finished is None else max(0, finished - attempt.started_at),
-        "error": attempt.error, "result": attempt.result,
-    }
-
-
 def log_from_row(row: Row[Any]) -> ExecutionLog:
     data = row._mapping
     return ExecutionLog(
@@ -77,64 +62,6 @@ def log_from_row(row: Row[Any]) -> ExecutionLog:
         node_id=data["node_id"], started_at=optional_ms(data["started_at"], "started_at"),
         finished_at=optional_ms(data["finished_at"], "finished_at"),
         duration_ms=optional_ms(data["duration_ms"], "duration_ms"), error=data["error"], result=data["result"])
-
-
-def _normal(value: Any) -> Any:
-    """Compare JSON-ish values the same way whatever the driver returned."""
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def project_logs(conn: Connection, journaled: Sequence[Execution], cache: StatementCache | None = None,
-                 mark: bool = True) -> set[str]:
-    """Project the attempts of journaled executions into log rows, in the caller's transaction,
-    and mark those that were ``pending`` as ``persisted``; returns the ids so marked.
-
-    Missing rows are inserted; rows that exist already (a replay) are compared field by field
-    and a difference raises LogPersistFailedError. The caller's transaction is the unit: the
-    terminal commit of a batch, or one ``project`` call. Without ``mark`` the caller's own
-    write in the same transaction says ``persisted`` (a batch's terminal commit does, and is
-    rolled back with the projection if it fails); every execution given is then returned.
-    """
-    rows = [log_row(execution, a) for execution in journaled for a in execution.attempts]
-    if rows:
-        inserted = insert_ignore_many(conn, logs, rows, {"created_at": db_now_ms()}, cache, "logs")
-        # Rows that were there already (a replay) must match; MySQL cannot tell which those are.
-        existing = rows if inserted is None else [r for r in rows if r["id"] not in inserted]
-        if existing:
-            _compare_existing(conn, existing)
-    ids = [execution.occurrence_id for execution in journaled]
-    if not ids or not mark:
-        return set(ids)
-    batch = Batch(conn).listed("ids", ids)
-
-    def marked() -> Any:
-        pending = and_(batch.one_of(executions.c.occurrence_id, "ids"), executions.c.log_persistence == "pending")
-        statement = update(executions).where(pending).values(log_persistence="persisted")
-        return statement if dialect_kind(conn) == "mysql" else statement.returning(executions.c.occurrence_id)
-
-    statement: Any = cache.driver("mark_persisted", marked) if cache is not None and batch.cacheable else marked()
-    if dialect_kind(conn) != "mysql":
-        return set(run(conn, statement, batch.params).scalars().all())
-    if len(ids) == 1:
-        return set(ids) if conn.execute(statement, batch.params).rowcount == 1 else set()
-    # MySQL, several rows (no UPDATE ... RETURNING): lock the pending ones, then mark exactly those.
-    ids = list(conn.execute(select(executions.c.occurrence_id).where(
-        executions.c.occurrence_id.in_(ids), executions.c.log_persistence == "pending").with_for_update()).scalars())
-    if ids:
-        conn.execute(update(executions).where(executions.c.occurrence_id.in_(ids)).values(log_persistence="persisted"))
-    return set(ids)
-
-
-def _compare_existing(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    stored = {r.id: r._mapping for r in conn.execute(select(logs).where(logs.c.id.in_([r["id"] for r in rows])))}
-    for row in rows:
-        existing = stored.get(row["id"])
-        if existing is None:
-            raise LogPersistFailedError(f"log {row['id']} was not written", log_id=row["id"])
-        for name in _COMPARED:
-            if _normal(existing[name]) != _normal(row[name]):
-                raise LogPersistFailedError(
-                    f"log {row['id']} differs from the journal in {name!r}", log_id=row["id"], field=name)
 
 
 class LogRepository:

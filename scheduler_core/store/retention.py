@@ -1,5 +1,6 @@
 """Journal retention: old finished occurrences leave the journal, with their attempt logs, in
-short batches (docs/semantics.md, "Journal retention").
+short batches (docs/semantics.md, "Journal retention"), each deleted by the journal's transition
+``delete_retained``.
 
 A row is deleted only when all of these hold, checked again by the DELETE itself:
 
@@ -14,55 +15,24 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import and_, delete, exists, or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.functions import FunctionElement
 
 from scheduler_core.db.clock import db_now_ms
-from scheduler_core.db.tables import executions, logs, slots
-from scheduler_core.statuses import ExecutionStatus
+from scheduler_core.db.tables import executions
+from scheduler_core.store.journal import deletable, delete_retained
+from scheduler_core.store.journal.retention import DAY_MS, KEY_DAYS_MIN, key_days
+from scheduler_core.store.journal.transitions import DELETE_RETAINED
 from scheduler_core.store.transactions import write
 
-DAY_MS = 86_400_000
-KEY_DAYS_MIN = 30  # an idempotency key answers with its occurrence for at least this many days
+__all__ = ["BATCH_ROWS", "DELETABLE", "KEY_DAYS_MIN", "JournalRetention", "PruneResult", "key_days"]
+
 # MariaDB's optimizer, its statistics refreshed after a large delete, may read the whole table and
 # sort it for every batch (seen at 900 rows left of 12,000); the walk is in this index's order
 CREATION_ORDER_INDEX = "ix_executions_created_at_occurrence_id"
 BATCH_ROWS = 500  # journal rows one transaction deletes at most (bounds statement size and lock time)
-DELETABLE = (ExecutionStatus.SUCCESS, ExecutionStatus.FAILED, ExecutionStatus.INTERRUPTED,
-             ExecutionStatus.DISCARDED, ExecutionStatus.SKIPPED, ExecutionStatus.MISSED)
-
-
-class _NotForTheIndex(FunctionElement[Any]):
-    """A column the walk's planner must not pick an index by: SQLite's unary ``+`` (its documented
-    way to take a term away from index selection), the column itself elsewhere. Without it SQLite
-    answered the walk through a status index and sorted every row after the position for each
-    batch."""
-
-    inherit_cache = True
-    name = "not_for_the_index"
-
-    def __init__(self, column: Any) -> None:
-        super().__init__(column)
-        self.type = column.type
-
-
-@compiles(_NotForTheIndex)
-def _compile_column(element: _NotForTheIndex, compiler: Any, **kw: Any) -> str:
-    return str(compiler.process(element.clauses, **kw))
-
-
-@compiles(_NotForTheIndex, "sqlite")
-def _compile_sqlite(element: _NotForTheIndex, compiler: Any, **kw: Any) -> str:
-    return "+" + str(compiler.process(element.clauses, **kw))
-
-
-def key_days(days: int) -> int:
-    """How long a keyed manual trigger keeps its idempotency when journal rows live ``days``."""
-    return max(days, KEY_DAYS_MIN)
+DELETABLE = DELETE_RETAINED.source  # the statuses a deletable row may have
 
 
 @dataclass(frozen=True)
@@ -99,20 +69,6 @@ class JournalRetention:
         self._lock = threading.Lock()  # the node's housekeeping and prune_journal() share the position
         self._after: tuple[int, str] | None = None  # (created_at, occurrence_id) this pass read last
 
-    @staticmethod
-    def _deletable(days: int, walk: bool = False) -> Any:
-        """The deletable rows; ``walk``: as a condition of the creation-order read, whose status
-        and ``updated_at`` terms no planner may take for an index."""
-        c = executions.c
-        status, updated_at = (_NotForTheIndex(c.status), _NotForTheIndex(c.updated_at)) if walk \
-            else (c.status, c.updated_at)
-        unkeyed_cutoff = db_now_ms() - days * DAY_MS
-        keyed_cutoff = db_now_ms() - key_days(days) * DAY_MS
-        slot_points_here = exists().where(slots.c.occurrence_id == c.occurrence_id)
-        return and_(status.in_([str(s) for s in DELETABLE]), updated_at < unkeyed_cutoff,
-                    or_(c.idempotency_key.is_(None), updated_at < keyed_cutoff),
-                    or_(c.log_persistence.is_(None), c.log_persistence != "pending"), ~slot_points_here)
-
     def prune(self, days: int, max_batches: int = 20, batch_rows: int | None = None) -> PruneResult:
         """Delete deletable journal rows (module docstring) and their logs, ``batch_rows`` a
         transaction, at most ``max_batches`` transactions; ``more`` when the pass is not over."""
@@ -134,7 +90,7 @@ class JournalRetention:
         """One transaction: the next ``batch_rows`` deletable rows in creation order after this
         pass's position, deleted by primary key with their logs."""
         c = executions.c
-        condition = and_(c.created_at < db_now_ms() - days * DAY_MS, self._deletable(days, walk=True))
+        condition = and_(c.created_at < db_now_ms() - days * DAY_MS, deletable(days, walk=True))
         if self._after is not None:  # the range start (>=) is what an index seeks to; the OR breaks ties
             created_at, occurrence_id = self._after
             condition = and_(condition, c.created_at >= created_at,
@@ -147,11 +103,7 @@ class JournalRetention:
         if not rows:
             return batch
         batch.last = (int(rows[-1].created_at), str(rows[-1].occurrence_id))
-        ids = [str(row.occurrence_id) for row in rows]
         # the DELETE checks every condition again: a row changed since the read stays
-        batch.deleted = int(conn.execute(delete(executions).where(c.occurrence_id.in_(ids),
-                                                                  self._deletable(days))).rowcount)
-        gone = ids if batch.deleted == len(ids) else list(set(ids) - set(conn.execute(
-            select(c.occurrence_id).where(c.occurrence_id.in_(ids))).scalars()))
-        batch.logs = int(conn.execute(delete(logs).where(logs.c.occurrence_id.in_(gone))).rowcount) if gone else 0
+        deleted = delete_retained(conn, [str(row.occurrence_id) for row in rows], days)
+        batch.deleted, batch.logs = deleted.journal, deleted.logs
         return batch

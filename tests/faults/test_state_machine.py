@@ -322,7 +322,8 @@ class JournalMachine(RuleBasedStateMachine):
             return
         attempts = _closed(row.attempts, "unknown")
         status, reason = ("unknown", "lease_expired") if attempts else ("interrupted", "owner_lost_before_start")
-        assert self._repo(node).settle_expired(execution, status, reason, attempts, status == "interrupted")
+        repo = self._repo(node)
+        assert (repo.mark_interrupted if status == "interrupted" else repo.mark_unknown)(execution, reason, attempts)
         REACHED[f"settled {status}"] += 1
         row.reason = reason
         self._finished(row, status, attempts)

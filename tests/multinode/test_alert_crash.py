@@ -52,7 +52,7 @@ def _unknown_executions(engine: Engine) -> list[str]:
     for occurrence in ids:
         execution = repo.get(occurrence)
         assert execution is not None
-        assert repo.settle_expired(execution, "unknown", "lease_expired", list(execution.attempts), False)
+        assert repo.mark_unknown(execution, "lease_expired", list(execution.attempts))
     return ids
 
 

@@ -97,7 +97,7 @@ def test_counters_grow_by_exactly_the_transitions_committed(engine: Engine, shor
     assert repo.take_over(taken, str(uuid.uuid4()))
     assert not repo.take_over(taken, str(uuid.uuid4()))  # lost: counts nothing
     lost = _expire(engine, repo, "billing")
-    assert repo.settle_expired(lost, "unknown", "lease_lost", [_attempt(now)], release_slot=False)
+    assert repo.mark_unknown(lost, "lease_lost", [_attempt(now)])
     unknown = repo.get(lost.occurrence_id)
     assert unknown is not None
     assert repo.resolve_unknown(unknown, "success", unknown.updated_at, "ops", "checked")

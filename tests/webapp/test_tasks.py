@@ -650,4 +650,4 @@ def _settle_as_unknown(app: Flask, occurrence_id: str) -> None:
     execution = scheduler.execution.get(occurrence_id)
     repo = scheduler.context().executions
     set_clock_offset(app.extensions["hai_engine"], clock_offset(app.extensions["hai_engine"]) + 5_000)
-    assert repo.settle_expired(execution, "unknown", "lease_expired", list(execution.attempts), False)
+    assert repo.mark_unknown(execution, "lease_expired", list(execution.attempts))

@@ -1,0 +1,135 @@
+"""Rows no node owns: ``queued`` occurrences waiting for a node able to run them (a handed-over
+manual trigger, a catch-up run), and ``missed`` ones that no node ran (docs/semantics.md,
+"Routing and misses")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from scheduler_core.db.clock import db_now_ms
+from scheduler_core.db.engine import dialect_kind
+from scheduler_core.db.tables import executions
+from scheduler_core.model import Execution
+from scheduler_core.statuses import ExecutionStatus, Trigger
+from scheduler_core.store.dialect import insert_ignore_many
+from scheduler_core.store.journal.claims import skip
+from scheduler_core.store.journal.rows import ClaimOutcome, ClaimRequest, ClaimResult, Missed, Writer, identity, new_row
+from scheduler_core.store.journal.slots import take_slots
+from scheduler_core.store.journal.transitions import CLAIM_QUEUED, ENQUEUE, MISS, REQUEUE, SETTLE_QUEUED
+from scheduler_core.store.totals import Tally, lock_tasks
+from scheduler_core.store.transactions import one_row
+
+
+def enqueue(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
+    """Journal occurrences as ``queued``: unowned, no slot, for a node able to run them (an
+    occurrence id journaled already -- a repeated idempotency key, a minute another node caught
+    up -- is left as it is)."""
+    queued = ENQUEUE.only_target
+    _insert(conn, [{**identity(r, None), "status": queued, "reason": None, "missed_until": None,
+                    "missed_count": None} for r in requests])
+
+
+def miss(conn: Connection, missed: Sequence[Missed]) -> set[str]:
+    """Journal occurrences as ``missed`` (terminal, no slot). An occurrence id journaled already
+    is left as it is, so a late or repeated scan never journals a minute twice. Returns the ids
+    inserted, each counted (``store/totals.py``) in this transaction, exactly."""
+    rows = [{**identity(m.request, None), "status": MISS.only_target, "reason": m.reason, "missed_until": m.until,
+             "missed_count": m.count} for m in missed]
+    return set(_insert(conn, rows, count_missed=True))
+
+
+def claim_queued(conn: Connection, writer: Writer, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+    """Own queued rows and take their tasks' slots, in the caller's transaction; ``requests`` in
+    occurrence-id order.
+
+    Each row still ``queued`` becomes ``running`` under the request's token and the writer's
+    lease; one that is not any more (another node took it) is ``exists``. Whose slot is busy: a
+    manual trigger is ``skipped`` (``slot_busy``), as its claim on the triggering node would have
+    been; a catch-up run is queued again (``waiting``: it waits for the slot, in order).
+    """
+    won = [r for r in requests if _own(conn, writer, r)]
+    won.sort(key=lambda r: r.scheduled_minute or 0)  # a task's slot goes to its earliest minute
+    seated = take_slots(conn, writer.statements, won)
+    waiting = [r for r in won if r.occurrence_id not in seated and r.trigger == Trigger.CATCHUP]
+    skipped = [r for r in won if r.occurrence_id not in seated and r.trigger != Trigger.CATCHUP]
+    requeue(conn, waiting)
+    skip(conn, skipped)
+    outcomes = {r.occurrence_id: ClaimOutcome.CLAIMED for r in won}
+    outcomes.update({r.occurrence_id: ClaimOutcome.WAITING for r in waiting})
+    outcomes.update({r.occurrence_id: ClaimOutcome.SKIPPED for r in skipped})
+    return [ClaimResult(r.occurrence_id, outcomes.get(r.occurrence_id, ClaimOutcome.EXISTS)) for r in requests]
+
+
+def _own(conn: Connection, writer: Writer, r: ClaimRequest) -> bool:
+    now = db_now_ms()
+    return one_row(conn.execute(update(executions).where(
+        executions.c.occurrence_id == r.occurrence_id, executions.c.status == CLAIM_QUEUED.only_source,
+    ).values(status=CLAIM_QUEUED.only_target, execution_token=r.token, owner_node=writer.node_id,
+             lease_until=now + writer.lease_ms, updated_at=now)))
+
+
+def requeue(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
+    """Catch-up runs this transaction owned whose task's slot is held: ``queued`` again, unowned
+    (they keep their place: ``created_at`` is unchanged)."""
+    if requests:
+        conn.execute(update(executions).where(executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
+                     .values(status=REQUEUE.only_target, execution_token=None, owner_node=None, lease_until=None))
+
+
+def settle_queued(conn: Connection, execution: Execution, status: ExecutionStatus, reason: str) -> bool:
+    """End a queued row that no node will run (``missed`` / ``no_capable_node``, or
+    ``interrupted`` / ``deleted``), counted; False when it is not queued any more."""
+    status = SETTLE_QUEUED.check(status)
+    settled = one_row(conn.execute(update(executions).where(
+        executions.c.occurrence_id == execution.occurrence_id, executions.c.status == SETTLE_QUEUED.only_source,
+    ).values(status=status, reason=reason, updated_at=db_now_ms())))
+    if settled:
+        tally = Tally().execution(execution.task_id, status)
+        tally.missed(execution.task_id, 1 if status == ExecutionStatus.MISSED else 0).write(conn)
+    return settled
+
+
+def _insert(conn: Connection, rows: list[dict[str, Any]], count_missed: bool = False) -> dict[str, None]:
+    """Insert-or-ignore unowned rows; the ids inserted (MySQL, without ``count_missed``: every id
+    of the same status and reason, as it cannot tell). ``count_missed``: the inserted rows are
+    counted in the same transaction, exactly."""
+    mysql = dialect_kind(conn) == "mysql"
+    todo = _unjournaled(conn, rows) if mysql and count_missed else rows
+    inserted = insert_ignore_many(conn, executions, todo, new_row(db_now_ms())) if todo else set()
+    if inserted is None or (mysql and todo):
+        done = dict.fromkeys(_inserted_mysql(conn, todo))
+    else:
+        done = dict.fromkeys(str(i) for i in inserted)
+    if count_missed:
+        tally = Tally()
+        for r in (r for r in todo if r["occurrence_id"] in done):
+            tally.execution(r["task_id"], r["status"]).missed(r["task_id"], r["missed_count"] or 1)
+        tally.write(conn)
+    return done
+
+
+def _unjournaled(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """MySQL, before journaling missed rows: the rows not journaled yet, read after this
+    transaction has locked the tasks' totals (``lock_tasks``). Two nodes journaling the same
+    minutes queue there, so the second one reads the first one's rows here and leaves them out:
+    what its insert then adds is its own (``_inserted_mysql`` drops the rows a claim journaled
+    meanwhile), and each minute is counted once."""
+    lock_tasks(conn, {r["task_id"] for r in rows})
+    ids = [r["occurrence_id"] for r in rows]
+    found = set(conn.execute(select(executions.c.occurrence_id).where(executions.c.occurrence_id.in_(ids)))
+                .scalars())
+    return [r for r in rows if r["occurrence_id"] not in found]
+
+
+def _inserted_mysql(conn: Connection, rows: list[dict[str, Any]]) -> list[str]:
+    """MySQL cannot say which rows an insert-or-ignore inserted: those whose status and reason
+    are what was written (an older row of another kind differs)."""
+    ids = [r["occurrence_id"] for r in rows]
+    found = {row[0]: (row[1], row[2]) for row in conn.execute(
+        select(executions.c.occurrence_id, executions.c.status, executions.c.reason)
+        .where(executions.c.occurrence_id.in_(ids)))}
+    return [r["occurrence_id"] for r in rows if found.get(r["occurrence_id"]) == (r["status"], r["reason"])]
