@@ -3,7 +3,8 @@ row's transitions, each in the caller's transaction (the repositories in ``store
 ``store/handoff.py``, ``store/logs.py`` and ``store/retention.py`` own the transactions), with
 typed requests and answers (``rows.py``). ``transitions.py`` declares every transition once --
 from-status, to-status, function, who, guard -- as docs/semantics.md ("6a. Journal transitions")
-does, and tests/unit/test_journal_transitions.py checks the two against each other."""
+does; tests/unit/test_journal_transitions.py checks the two against each other, and
+tests/unit/test_journal_ownership.py that no module outside this package writes the table."""
 
 from scheduler_core.store.journal.claims import claim, skip
 from scheduler_core.store.journal.expiry import mark_interrupted, mark_unknown, take_over
