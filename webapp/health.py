@@ -4,12 +4,17 @@ It is also the dashboard's look at the cluster: ``cluster.idle_s`` says how long
 planned (whole minutes, 0 while nodes tick), and a ``cluster.idle`` alert rule fires from here
 while the whole cluster is down (``Alerts.watch_idle``), so an outage alerts before a node is back.
 The answer stays 200 then: the dashboard is healthy, the nodes are not, and a load balancer must
-keep the page that says so in rotation.
+keep the page that says so in rotation. While the database does not answer (a failover: seconds
+without a primary) it is 503 with ``database: unreachable since <UTC time>``, said once in the log
+when it starts and once when it ends (``Outage``, one per worker process).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify
@@ -23,14 +28,45 @@ bp = Blueprint("health", __name__)
 logger = logging.getLogger("webapp.health")
 
 
+class Outage:
+    """Since when this process finds the database unreachable (this host's clock: the database's is
+    what is missing), logged once as it begins and once as it ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.since: float | None = None  # unix seconds
+
+    def failed(self, error: SchedulerError) -> float:
+        with self._lock:
+            if self.since is None:
+                self.since = time.time()
+                logger.warning("database unreachable since %s: %s", _utc(self.since), error.message)
+            return self.since
+
+    def answered(self) -> None:
+        with self._lock:
+            if self.since is not None:
+                logger.warning("database reachable again after %.1f s (unreachable since %s)",
+                               time.time() - self.since, _utc(self.since))
+                self.since = None
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 @bp.get("/healthz")
 def healthz() -> ResponseReturnValue:
     engine = current_app.extensions["hai_engine"]
+    outage: Outage = current_app.extensions.setdefault("hai_outage", Outage())
     try:
         now_ms = health_check(engine)
         state = migration_state(engine)
     except SchedulerError as exc:
-        return jsonify(status="unavailable", error=exc.code), 503
+        since = outage.failed(exc)
+        return jsonify(status="unavailable", error=exc.code, database=f"unreachable since {_utc(since)}",
+                       unreachable_since_ms=int(since * 1000)), 503
+    outage.answered()
     status = "ok" if state.up_to_date else "migrations_pending"
     answer = {"status": status, "database_clock_ms": now_ms, "schema": state.current}
     if state.up_to_date:

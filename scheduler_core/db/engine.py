@@ -16,6 +16,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy import event, select
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from scheduler_core.db.clock import db_now_ms, to_ms
 from scheduler_core.db.config import DatabaseConfig, check_production_guard, parse_database_config
@@ -43,7 +44,7 @@ def create_engine(
     engine = sa.create_engine(config.sqlalchemy_url(), echo=echo, **engine_options(config))
     prepare_engine(engine, busy_timeout_ms=config.busy_timeout_ms)
     try:
-        health_check(engine)
+        _round_trip(engine)
     except Exception as exc:
         engine.dispose()
         target = config.redacted()["url"]
@@ -78,7 +79,15 @@ def pool_capacity(engine: Engine) -> int | None:
 
 
 def health_check(engine: Engine) -> int:
-    """Round-trip to the database; returns its clock in unix ms."""
+    """Round-trip to the database; returns its clock in unix ms. A database that does not answer
+    (down, unreachable, no primary yet) is :class:`DatabaseConnectionError`, never a driver error."""
+    try:
+        return _round_trip(engine)
+    except SQLAlchemyError as exc:
+        raise DatabaseConnectionError(f"the database did not answer: {_describe(exc)}") from exc
+
+
+def _round_trip(engine: Engine) -> int:
     with engine.connect().execution_options(hai_read_only=True) as conn:
         value = to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms")
         conn.rollback()

@@ -15,9 +15,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from scheduler_core.db.engine import dialect_kind
-from scheduler_core.errors import MigrationError
+from scheduler_core.errors import DatabaseConnectionError, MigrationError
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 VERSION_TABLE = "hai_schema_version"
@@ -57,9 +58,14 @@ def head_revision() -> str:
 
 
 def migration_state(engine: Engine) -> MigrationState:
-    with engine.connect().execution_options(hai_read_only=True) as conn:
-        current = _current_revision(conn)
-        conn.rollback()
+    """The schema's revision and the code's head; DatabaseConnectionError when the database does not answer."""
+    try:
+        with engine.connect().execution_options(hai_read_only=True) as conn:
+            current = _current_revision(conn)
+            conn.rollback()
+    except SQLAlchemyError as exc:
+        raise DatabaseConnectionError(f"reading the schema revision failed: {type(exc).__name__}: "
+                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
     return MigrationState(current=current, head=head_revision())
 
 
