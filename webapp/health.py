@@ -22,7 +22,7 @@ from flask.typing import ResponseReturnValue
 
 from scheduler_core.db import health_check, migration_state
 from scheduler_core.errors import ReachError, SchedulerError
-from webapp.node import reach_of
+from webapp.node import reach_of, scheduler_of
 
 bp = Blueprint("health", __name__)
 logger = logging.getLogger("webapp.health")
@@ -71,7 +71,24 @@ def healthz() -> ResponseReturnValue:
     answer = {"status": status, "database_clock_ms": now_ms, "schema": state.current}
     if state.up_to_date:
         answer["cluster"] = _cluster()
+        answer["database_clock_jumps"] = _clock_jumps(now_ms)
     return jsonify(answer), 200 if state.up_to_date else 503
+
+
+CLOCK_JUMPS_SHOWN_MS = 3_600_000
+
+
+def _clock_jumps(now_ms: int) -> list[dict[str, Any]]:
+    """The database clock jumps nodes saw in the last hour (runtime/clock_watch.py), newest first:
+    after a failover, whether the new primary's clock differs from the old one's, and by how much."""
+    try:
+        seen = scheduler_of(current_app).nodes()
+    except SchedulerError:
+        logger.warning("reading the nodes' clock jumps failed", exc_info=True)
+        return []
+    recent = [n for n in seen if n.clock_jump_at is not None and n.clock_jump_at >= now_ms - CLOCK_JUMPS_SHOWN_MS]
+    return [{"node_id": n.node_id, "jump_ms": n.clock_jump_ms, "at_ms": n.clock_jump_at}
+            for n in sorted(recent, key=lambda n: n.clock_jump_at or 0, reverse=True)]
 
 
 def _cluster() -> dict[str, Any]:

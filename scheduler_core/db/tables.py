@@ -176,6 +176,8 @@ nodes = Table(
     _ms("stopped_at", nullable=True),
     Column("capabilities", Json, nullable=True),  # handler kinds it runs: api, python, hook, js
     Column("node_groups", Json, nullable=True),  # groups it belongs to
+    Column("clock_jump_ms", BigInteger, nullable=True),  # the last database clock jump it saw, +ahead (0016)
+    Column("clock_jump_at", BigInteger, nullable=True),  # DB-clock ms when it saw it
     Column("last_tick_ms", BigInteger, nullable=True),  # its previous tick's duration, node clock (0011)
     Index(None, "last_seen_at"),
     **MYSQL_TABLE_OPTIONS,

@@ -35,6 +35,9 @@ class AlertEvent(StrEnum):
     QUEUE_DEAD = "queue.dead"  # a message became dead; key: the message and when
     NODE_LOST = "node.lost"  # no heartbeat for after_ms without a clean stop; key: the node's run
     CLUSTER_IDLE = "cluster.idle"  # no node ticked for after_ms; key: when the gap began
+    # The database clock jumped against a node's own clock beyond the tolerance (a failover to a server whose
+    # clock differs, runtime/clock_watch.py); key: the minute it was seen, so every node seeing it alerts once.
+    DATABASE_CLOCK_JUMP = "database.clock_jump"
 
 
 # The variables a template of an alert may use ({name}); others are refused when the rule is made.

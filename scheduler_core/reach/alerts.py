@@ -208,7 +208,8 @@ class Alerts:
         return changed
 
     def _changed(self, probe: Probe) -> bool:
-        latest = {"journal": probe.journal_latest, "dead": probe.dead_latest, "gap": probe.last_gap_from}
+        latest = {"journal": probe.journal_latest, "dead": probe.dead_latest, "gap": probe.last_gap_from,
+                  "clock": probe.clock_jump_latest}
         new = any(self._seen.get(name, -1) != value for name, value in latest.items())
         self._seen.update(latest)
         lasting = [probe.oldest_pending_log, probe.oldest_unknown, probe.oldest_running, probe.oldest_heartbeat]
@@ -221,7 +222,8 @@ class Alerts:
         with self._lock:
             probe, self._probe = self._probe or self._repo().probe(), None
             rules = self.rules()
-            facts = [*self._journal_facts(probe), *self._dead_facts(probe), *self._gap_facts(probe, rules)]
+            facts = [*self._journal_facts(probe), *self._dead_facts(probe), *self._gap_facts(probe, rules),
+                     *self._clock_facts(probe)]
             if probe.now_ms - self._lingered_at >= LINGER_EVERY_MS:
                 facts += self._lasting_facts(probe, rules)
                 self._lingered_at = probe.now_ms
@@ -243,6 +245,19 @@ class Alerts:
                        {"occurrence_id": row.queue_id, "status": "dead", "reason": row.last_failure or "",
                         "summary": f"notification {row.queue_id} ({row.provider}) is dead: {row.last_failure}",
                         "link": self._link("/notifications/dead")})
+
+    def _clock_facts(self, probe: Probe) -> Iterator[Fact]:
+        if probe.clock_jump_latest is None:
+            return
+        for n in self._pages("clock", probe, self._repo().clock_jumps, lambda r: (int(r.clock_jump_at), r.node_id)):
+            at, jump = int(n.clock_jump_at), int(n.clock_jump_ms)
+            minute = at - at % MINUTE_MS
+            yield Fact(AlertEvent.DATABASE_CLOCK_JUMP, f"database.clock_jump:{minute}", "database", None, None,
+                       {"node_id": n.node_id, "at": _iso(at), "link": self._link("/nodes/"),
+                        "reason": f"{jump:+d} ms",
+                        "summary": f"the database clock jumped {jump:+d} ms against node {n.node_id}'s clock at "
+                                   f"{_iso(at)} (a failover to a server with another clock?); leases were renewed "
+                                   "at once"})
 
     def _pages(self, name: str, probe: Probe, read: Any, position: Any) -> Iterator[Any]:
         """Everything changed after the detector's cursor (less an overlap), page by page; the

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.model import TaskDefinition
+from scheduler_core.runtime.clock_watch import ClockWatch, Reading, jump_tolerance_ms
 from scheduler_core.runtime.collector import BurstCollector
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.housekeeping import Housekeeping
@@ -71,6 +72,7 @@ class Node:
         beat = ctx.config.heartbeat_interval_ms
         self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000)  # which due occurrences it claims first
         self._recovery = ExpiryRecovery(ctx, self.planner, self._free_capacity, self._submit)
+        self._clock_watch = ClockWatch(jump_tolerance_ms(ctx.config.lease_ms))  # runtime/clock_watch.py
         self._queued = QueuedClaims(ctx, self.planner, self._runnable, self._free_capacity, self._submit)
         self._housekeeping = Housekeeping(ctx)
         self._collector = BurstCollector(self.planner, ctx.clock, ctx.config.tick_interval_ms)
@@ -168,7 +170,11 @@ class Node:
                 self._last_tick_ms = int((time.monotonic() - began) * 1000)
 
     def _tick(self) -> None:
+        sent = time.monotonic()
         snapshot = self._snapshot()
+        jump = self._clock_watch.observe(Reading(snapshot.now_ms, sent, time.monotonic()))
+        if jump is not None:
+            self._clock_jumped(jump)
         self.ctx.clock.observe(snapshot.now_ms)
         if snapshot.tasks_version != self._tasks_version:
             definitions = self.refresh(snapshot.tasks_version)
@@ -199,6 +205,18 @@ class Node:
                 listener(snapshot.now_ms)
             except Exception:
                 logger.warning("tick listener %r failed", listener, exc_info=True)
+
+    def _clock_jumped(self, jump_ms: int) -> None:
+        """The database clock jumped ``jump_ms`` against this node's: renew every lease it holds now
+        (a jump ahead shortened them all by as much), and journal it on its node row (the nodes page,
+        /healthz and the database.clock_jump alert read it there). docs/semantics.md, "Time"."""
+        logger.warning("the database clock jumped %+d ms against node %s's clock (a failover to a server with "
+                       "another clock?); renewing its leases now", jump_ms, self.ctx.node_id)
+        self.ctx.leases.renew_now()
+        try:
+            self.nodes.record_clock_jump(self.ctx.node_id, jump_ms)
+        except Exception:
+            logger.warning("journaling the clock jump on node %s failed", self.ctx.node_id, exc_info=True)
 
     def _snapshot(self) -> TickSnapshot:
         """The tick's one statement; every heartbeat interval it is the heartbeat's UPDATE,

@@ -51,6 +51,7 @@ class Probe:
     oldest_heartbeat: int | None  # last_seen_at of the stalest node not stopped
     last_gap_from: int  # the latest gap in the cluster's ticks (the node that found it records it)
     last_gap_to: int
+    clock_jump_latest: int | None = None  # clock_jump_at of the newest database clock jump a node saw
 
 
 @dataclass(frozen=True)
@@ -117,12 +118,13 @@ class AlertRepository:
             select(func.min(x.updated_at)).where(x.status == ExecutionStatus.UNKNOWN).scalar_subquery(),
             select(func.min(x.created_at)).where(x.status == ExecutionStatus.RUNNING).scalar_subquery(),
             select(func.min(nodes.c.last_seen_at)).where(nodes.c.stopped_at.is_(None)).scalar_subquery(),
-            _meta(LAST_GAP_FROM), _meta(LAST_GAP_TO))
+            _meta(LAST_GAP_FROM), _meta(LAST_GAP_TO),
+            select(func.max(nodes.c.clock_jump_at)).scalar_subquery())  # a few rows: one per node
         row = line.one(query) if line is not None else read(self.engine, lambda conn: conn.execute(query).one())
         v = [optional_ms(value, "probe") for value in row]
         return Probe(now_ms=v[0] or 0, journal_latest=v[1], dead_latest=v[2], oldest_pending_log=v[3],
                      oldest_unknown=v[4], oldest_running=v[5], oldest_heartbeat=v[6], last_gap_from=v[7] or 0,
-                     last_gap_to=v[8] or 0)
+                     last_gap_to=v[8] or 0, clock_jump_latest=v[9])
 
     def cluster_clock(self) -> tuple[int, int]:
         """One statement: the DB clock and the cluster's watermark, the last minute some node
@@ -167,6 +169,14 @@ class AlertRepository:
                                                                                                literal(after[1])),
                         q.updated_at >= after[0])
                  .order_by(q.updated_at, q.queue_id).limit(limit))
+        return read(self.engine, lambda conn: list(conn.execute(query)))
+
+    def clock_jumps(self, after: tuple[int, str], limit: int) -> list[Row[Any]]:
+        """Nodes whose last database clock jump was seen after the keyset position ``(clock_jump_at,
+        node_id)``, oldest first."""
+        n = nodes.c
+        query = select(nodes).where(n.clock_jump_at >= after[0], tuple_(n.clock_jump_at, n.node_id) > tuple_(
+            literal(after[0]), literal(after[1]))).order_by(n.clock_jump_at, n.node_id).limit(limit)
         return read(self.engine, lambda conn: list(conn.execute(query)))
 
     def lost_nodes(self, older_than: int) -> list[Row[Any]]:

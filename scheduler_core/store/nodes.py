@@ -27,6 +27,8 @@ class NodeInfo:
     stopped_at: int | None
     capabilities: tuple[str, ...] = ()  # handler kinds it runs (advertised with each heartbeat)
     groups: tuple[str, ...] = ()  # node groups it serves
+    clock_jump_ms: int | None = None  # the last jump of the database clock it saw (+: ahead), runtime/clock_watch.py
+    clock_jump_at: int | None = None  # DB-clock ms when it saw it
 
     def alive(self, now_ms: int, within_ms: int) -> bool:
         return self.stopped_at is None and self.last_seen_at >= now_ms - within_ms
@@ -38,7 +40,9 @@ class NodeInfo:
 def _node(r: Row[Any]) -> NodeInfo:
     return NodeInfo(r.node_id, r.host, int(r.pid), to_ms(r.started_at, "started_at"),
                     to_ms(r.last_seen_at, "last_seen_at"), optional_ms(r.stopped_at, "stopped_at"),
-                    tuple(r.capabilities or ()), tuple(r.node_groups or ()))
+                    tuple(r.capabilities or ()), tuple(r.node_groups or ()),
+                    None if r.clock_jump_ms is None else int(r.clock_jump_ms),  # signed: a jump back is < 0
+                    optional_ms(r.clock_jump_at, "clock_jump_at"))
 
 
 class NodeRepository:
@@ -75,6 +79,11 @@ class NodeRepository:
             return row
 
         return write(self.engine, work)
+
+    def record_clock_jump(self, node_id: str, jump_ms: int) -> None:
+        """Journal that this node saw the database clock jump ``jump_ms`` (now, on that clock)."""
+        write(self.engine, lambda conn: conn.execute(
+            update(nodes).where(nodes.c.node_id == node_id).values(clock_jump_ms=jump_ms, clock_jump_at=db_now_ms())))
 
     def mark_stopped(self, node_id: str) -> None:
         write(self.engine, lambda conn: conn.execute(
