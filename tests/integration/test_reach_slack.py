@@ -91,22 +91,38 @@ def test_slack_escapes_the_characters_slack_reads_as_markup(receiver: RecordingS
 
 @pytest.mark.parametrize(("status", "failure_class"), [
     (408, "transient_failure"), (425, "transient_failure"), (429, "transient_failure"),
-    (500, "transient_failure"), (503, "transient_failure"),
-    (400, "permanent_rejection"), (403, "permanent_rejection"), (404, "permanent_rejection"),
-    (410, "permanent_rejection"), (302, "permanent_rejection"),
+    (500, "transient_failure"), (503, "transient_failure"), (302, "permanent_rejection"),
 ])
-def test_slack_statuses_are_classified_as_the_api_webhook_does(receiver: RecordingServer, status: int,
-                                                                failure_class: str) -> None:
+def test_slack_statuses_that_may_follow_a_post_are_classified_as_the_api_webhook_does(
+        receiver: RecordingServer, status: int, failure_class: str) -> None:
     slack_delivery = slack(receiver.url(f"/status/{status}")).send(message(), None, 5_000)
     api = build_provider({"name": "hook", "type": "api", "url": receiver.url(f"/status/{status}")})
-    failed(slack_delivery, failure_class, started=True)  # every answer after connecting may have been posted
+    failed(slack_delivery, failure_class, started=True)  # the answer may come after the post was made
     assert slack_delivery == api.send(message(), None, 5_000)
-    assert slack_delivery.error == f"HTTP {status} " + {302: "Found", 400: "Bad Request", 403: "Forbidden",
-                                                         404: "Not Found", 408: "Request Timeout",
-                                                         410: "Gone", 425: "Too Early",
-                                                         429: "Too Many Requests",
-                                                         500: "Internal Server Error",
+    assert slack_delivery.error == f"HTTP {status} " + {302: "Found", 408: "Request Timeout", 425: "Too Early",
+                                                         429: "Too Many Requests", 500: "Internal Server Error",
                                                          503: "Service Unavailable"}[status]
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 410])
+def test_slack_rejections_posted_nothing_and_are_final(receiver: RecordingServer, status: int) -> None:
+    """Slack answers a refused post (invalid_payload, action_prohibited, no_service, channel_is_archived)
+    with a 4xx and posts nothing: not started, so the queue makes it dead at once, never unknown."""
+    delivery = slack(receiver.url(f"/status/{status}")).send(message(), None, 5_000)
+    failed(delivery, "permanent_rejection", started=False)
+    assert delivery.error is not None and "nothing was posted" in delivery.error
+
+
+def test_a_rejected_post_is_dead_at_once_not_unknown(engine: Engine, receiver: RecordingServer) -> None:
+    reach = _reach(engine, receiver.url("/status/404"))
+    try:
+        queue_id = _queued(engine, reach)
+        _round(engine, reach)
+        entry = reach.queue.get(queue_id)
+        assert entry is not None and entry.status == "dead" and entry.last_failure == "permanent_rejection"
+        assert len(receiver.requests) == 1
+    finally:
+        reach.close()
 
 
 def test_slack_refused_connection_is_not_started(closed_port: int) -> None:

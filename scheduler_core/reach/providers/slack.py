@@ -16,7 +16,7 @@ from scheduler_core.masking import MASK
 from scheduler_core.reach.base import Delivery, RenderedMessage
 from scheduler_core.reach.providers._config import Settings, has_unprintable, refuse_recipient
 from scheduler_core.reach.providers._delivery import budget_ms, new_message_id, no_time_left, not_started
-from scheduler_core.reach.providers._http import request_json, webhook_verdict
+from scheduler_core.reach.providers._http import TRANSIENT_STATUSES, request_json, status_phrase, webhook_verdict
 
 SETTINGS = ("url", "channel", "username", "timeout_ms")
 NAME_MAX = 256  # a channel or a display name
@@ -80,6 +80,13 @@ class SlackProvider:
         parts = urlsplit(self.url)
         answer = request_json("POST", self.url, timeout_ms=budget, json_body=self.payload(message),
                               scrub=[self.url, parts.path, parts.password, message.to])
+        status = answer.status
+        if status is not None and 400 <= status < 500 and status not in TRANSIENT_STATUSES:
+            # Slack answers a refused post with a 4xx and an error code (invalid_payload, no_service,
+            # channel_not_found, action_prohibited, ...) and posts nothing: a definite rejection, dead
+            # at once rather than unknown. A plain webhook cannot know that (webhook_verdict).
+            return not_started("permanent_rejection", f"HTTP {status} {status_phrase(status)}: Slack rejected the "
+                                                      "post; nothing was posted")
         return webhook_verdict(answer, budget, lambda data: new_message_id())
 
     def snapshot(self) -> dict[str, Any]:
