@@ -30,9 +30,9 @@ from webapp.forms import whole_number
 from webapp.timefmt import wall_ms, wall_text
 
 FORM_KINDS = ("api", "hook")
-CODE_KINDS = ("python", "js")
-CODE_REFUSED = ("The dashboard never accepts code: python and js tasks are defined in the application, "
-                "not here. Choose api or hook.")
+CODE_KINDS = ("python", "js", "command")  # run code or a program with the node's privileges
+CODE_REFUSED = ("The dashboard never accepts code or commands: python, js and command tasks run with the node's "
+                "privileges, so they are defined in the application or a task file, not here. Choose api or hook.")
 # The form fields a widget shows (a simple widget: one field named as the task field), and the core
 # field paths whose errors they show (a dotted path's first one or two parts).
 _WIDGET_FIELDS: dict[Widget, dict[str, str]] = {

@@ -1,5 +1,5 @@
 """Handler executors by kind: ``hook`` (host callables), ``api`` (HTTP), ``python`` and ``js``
-(trusted code in a worker process)."""
+(trusted code in a worker process), ``command`` (a trusted program, run without a shell)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from typing import Any
 from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Executor, Outcome
 from scheduler_core.executors.code import JavaScriptCodeExecutor, PythonCodeExecutor
+from scheduler_core.executors.command import CommandExecutor
 from scheduler_core.executors.hook import HookExecutor
 from scheduler_core.executors.http import HttpExecutor
 from scheduler_core.validation import shown
 
 
 def default_executors() -> list[Executor]:
-    return [HookExecutor(), HttpExecutor(), PythonCodeExecutor(), JavaScriptCodeExecutor()]
+    return [HookExecutor(), HttpExecutor(), PythonCodeExecutor(), JavaScriptCodeExecutor(), CommandExecutor()]
 
 
 class ExecutorRegistry:
@@ -43,5 +44,6 @@ class ExecutorRegistry:
         return executor.validate(handler)
 
 
-__all__ = ["CancelSignal", "ExecutionContext", "ExecutionRequest", "Executor", "ExecutorRegistry", "HookExecutor",
-           "HttpExecutor", "JavaScriptCodeExecutor", "Outcome", "PythonCodeExecutor", "default_executors"]
+__all__ = ["CancelSignal", "CommandExecutor", "ExecutionContext", "ExecutionRequest", "Executor", "ExecutorRegistry",
+           "HookExecutor", "HttpExecutor", "JavaScriptCodeExecutor", "Outcome", "PythonCodeExecutor",
+           "default_executors"]
