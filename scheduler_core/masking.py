@@ -71,10 +71,13 @@ def masked_handler(handler: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 # --- free text (an error message, a log line) ---------------------------------------------
 
-_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/\s:@]*):[^/\s@]*@")
+# Names and schemes are bounded (64 and 32 characters): unbounded, each pattern tried at every
+# position of a long run of name characters scanned the rest of the run each time, quadratic in
+# its length (16 KiB of letters took 15 s). A longer name is matched by its last 64 characters.
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]{0,31}://[^\s'\"<>]+")
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]{0,31}://)(?P<user>[^/\s:@]*):[^/\s@]*@")
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<sep>[\"']?\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)")
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})(?P<sep>[\"']?\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&}]+)")
 _NOT_A_NAME = re.compile(r"(Error|Exception|Warning)$")
 _BEARER = re.compile(r"\b(?P<kind>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
 

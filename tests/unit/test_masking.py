@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler_core import TaskDefinition
-from scheduler_core.masking import is_secret_name, mask_headers, mask_url, mask_values, masked_handler
+from scheduler_core.masking import is_secret_name, mask_headers, mask_text, mask_url, mask_values, masked_handler
 
 
 def test_handler_headers_and_url_credentials_are_masked() -> None:
@@ -90,3 +90,22 @@ def test_values_other_than_text_and_containers_pass_through() -> None:
     assert mask_values(value) == {"n": 5, "ok": True, "none": None, "f": 1.5, "list": [1, "https://u:***@h/x"],
                                   "tuple": ["a", 2]}
     assert masked_handler(None) is None
+
+
+def test_masking_a_long_run_of_name_characters_is_linear() -> None:
+    """A result or error text is untrusted: 256 KiB without a separator took hours when each pattern
+    scanned the rest of the run from every position (16 KiB: 15 s); bounded names make it linear
+    (about 2 s here). A separate process with a generous deadline catches the quadratic form."""
+    import subprocess
+    import sys
+
+    script = ("from scheduler_core.masking import mask_text\n"
+              "for text in ('a' * 262144, 'a1' * 131072, 'x' * 262144 + '://'):\n"
+              "    assert mask_text(text) == text\n")
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+def test_bounded_names_still_mask_what_they_did() -> None:
+    assert mask_text("--password=s3cret") == "--password=***"
+    assert mask_text("x" * 100 + "_api_token=abc") == "x" * 100 + "_api_token=***"
+    assert mask_text("prefix" * 10 + "https://u:pw@h/x") == "prefix" * 10 + "https://u:***@h/x"
