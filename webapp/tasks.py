@@ -185,7 +185,8 @@ def create() -> ResponseReturnValue:
 def edit(task_id: str) -> ResponseReturnValue:
     task = scheduler_of(current_app).task_ops.get(task_id)
     if task.handler_kind in CODE_KINDS:
-        flash(f"{task.handler_kind} tasks are read-only here: their code is defined in the application.", "info")
+        flash(f"{task.handler_kind} tasks are read-only here: what they run (code or a program) is defined in the "
+              "application or a task file.", "info")
         return redirect(url_for("tasks.detail", task_id=task_id), 303)
     return _render_form(TaskForm.from_task(task), task)
 

@@ -87,7 +87,8 @@ def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> s.Task:
     given = body.model_fields_set - {"expected_updated_at"}
     if current.handler_kind in CODE_KINDS and given - {"enabled"}:
         raise ConfigError("handler.kind", f"{current.handler_kind} tasks are read-only here (only enabled may "
-                                          "change): their code is defined in the application")
+                                          "change): what they run (code or a program) is defined in the "
+                                          "application or a task file")
     changes = _declared(body, given)
     if "handler" in changes:
         _no_code(changes["handler"])
