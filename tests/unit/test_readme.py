@@ -23,6 +23,9 @@ FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 SHELL_SKIPS = {
     "./scripts/run": "serves until stopped; tests/webapp/test_processes.py runs the first start it makes",
     "./scripts/test": "runs this suite itself",
+    "export HAI_DATABASE_URL='postgresql://hai:secret@db-a:5432,db-b:5432/scheduler?target_session_attrs=read-write'\n"
+    "hai-scheduler db status     # shows every host, the replication it sees, and warns on asynchronous":
+        "names a cluster's hosts; tests/integration/test_cluster_url.py runs db status on a cluster URL",
 }
 # Python blocks that need servers (SMTP, SMS, a webhook receiver) are compiled only.
 RUNNABLE = ("scheduler = Scheduler(", "upgrade(engine)")
