@@ -13,7 +13,13 @@ from urllib.parse import urlsplit
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError
 from scheduler_core.masking import mask_values, masked_handler
-from scheduler_core.statuses import TERMINAL_STATUSES, ExecutionStatus, LogPersistenceStatus, Trigger
+from scheduler_core.statuses import (
+    TERMINAL_STATUSES,
+    AttemptStatus,
+    ExecutionStatus,
+    LogPersistenceStatus,
+    Trigger,
+)
 from scheduler_core.task_schema import Section, TaskField, Widget, declare, task_fields
 from scheduler_core.validation import (
     GROUP_MAX,
@@ -302,7 +308,7 @@ class Attempt:
     node_id: str
     started_at: int  # DB-clock ms
     finished_at: int | None = None
-    status: str | None = None  # None while running
+    status: AttemptStatus | None = None  # None while running
     error: str | None = None
     result: Any = None
 
@@ -312,6 +318,8 @@ class Attempt:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Attempt:
         values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+        if values["status"] is not None:
+            values["status"] = AttemptStatus(values["status"])
         return cls(**values)
 
 
@@ -361,9 +369,9 @@ class ExecutionLog:
     id: str
     occurrence_id: str
     task_id: str
-    trigger: str
+    trigger: Trigger
     source: str | None
-    status: str
+    status: ExecutionStatus  # an attempt's outcome is one of ExecutionStatus's values too
     sequence: int
     attempt: int
     node_id: str | None
@@ -376,7 +384,7 @@ class ExecutionLog:
 
     @classmethod
     def of(cls, execution: Execution, attempt: Attempt | None, persistence: LogPersistence,
-           status: str | None = None) -> ExecutionLog:
+           status: ExecutionStatus | None = None) -> ExecutionLog:
         """The caller-facing record of an execution's last attempt (or of the occurrence itself)."""
         if attempt is None:
             return cls(id=execution.occurrence_id, occurrence_id=execution.occurrence_id,
@@ -387,7 +395,8 @@ class ExecutionLog:
         finished = attempt.finished_at
         return cls(id=attempt.log_id, occurrence_id=execution.occurrence_id, task_id=execution.task_id,
                    trigger=execution.trigger, source=execution.source,
-                   status=status or attempt.status or ExecutionStatus.UNKNOWN, sequence=attempt.sequence,
+                   status=ExecutionStatus(status or attempt.status or ExecutionStatus.UNKNOWN),
+                   sequence=attempt.sequence,
                    attempt=attempt.attempt, node_id=attempt.node_id, started_at=attempt.started_at,
                    finished_at=finished,
                    duration_ms=None if finished is None else max(0, finished - attempt.started_at),

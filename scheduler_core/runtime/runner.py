@@ -151,7 +151,7 @@ class Runner:
 
     def _record(self, outcome: Outcome) -> None:
         last = self.owned.attempts[-1]
-        self.owned.attempts[-1] = replace(last, status=outcome.status, error=outcome.error,
+        self.owned.attempts[-1] = replace(last, status=AttemptStatus(outcome.status), error=outcome.error,
                                           result=outcome.result, finished_at=self.ctx.clock.now_ms())
 
     def _decide(self, outcome: Outcome) -> Step:

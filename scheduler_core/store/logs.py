@@ -21,7 +21,7 @@ from scheduler_core.db.clock import db_now_ms, optional_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import logs
 from scheduler_core.model import Execution, ExecutionLog
-from scheduler_core.statuses import AttemptStatus
+from scheduler_core.statuses import AttemptStatus, ExecutionStatus, Trigger
 from scheduler_core.store.journal import log_row, project_logs
 from scheduler_core.store.transactions import read, write
 
@@ -57,8 +57,9 @@ class LogFilter:
 def log_from_row(row: Row[Any]) -> ExecutionLog:
     data = row._mapping
     return ExecutionLog(
-        id=data["id"], occurrence_id=data["occurrence_id"], task_id=data["task_id"], trigger=data["trigger"],
-        source=data["source"], status=data["status"], sequence=int(data["sequence"]), attempt=int(data["attempt"]),
+        id=data["id"], occurrence_id=data["occurrence_id"], task_id=data["task_id"],
+        trigger=Trigger(data["trigger"]), source=data["source"], status=ExecutionStatus(data["status"]),
+        sequence=int(data["sequence"]), attempt=int(data["attempt"]),
         node_id=data["node_id"], started_at=optional_ms(data["started_at"], "started_at"),
         finished_at=optional_ms(data["finished_at"], "finished_at"),
         duration_ms=optional_ms(data["duration_ms"], "duration_ms"), error=data["error"], result=data["result"])
