@@ -112,6 +112,7 @@ class KillSwitch:
         self.handler_returned = False  # the watched task's handler came back (on_task_finish / _error)
         self.finish_committed = False
         self.armed_after_commit: str | None = None  # kill at the next opportunity, for this reason
+        self._killing = threading.Lock()  # taken by the one thread that kills
 
     def install(self, engine: Engine) -> None:
         event.listen(engine, "checkout", self._on_checkout)
@@ -138,6 +139,10 @@ class KillSwitch:
             self.kill(point, where)
 
     def kill(self, point: str | None, where: str) -> None:
+        """Record the kill and SIGKILL this process, once: a second thread reaching an armed point
+        before the signal lands waits for it instead of recording a second kill."""
+        if not self._killing.acquire(blocking=False):
+            threading.Event().wait()  # the first thread's SIGKILL ends this process
         append_event(self.events, {"kind": "kill", "point": point, "where": where, "node": self.node_id,
                                    "pid": os.getpid()})
         os.kill(os.getpid(), signal.SIGKILL)
