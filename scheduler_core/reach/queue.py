@@ -29,6 +29,7 @@ from scheduler_core.reach.queue_operations import (
     held_until,
 )
 from scheduler_core.reach.verdicts import LAST_ERROR_MAX, LEASE_LOST, Verdict, decide, last_error, retry_or_dead
+from scheduler_core.statuses import QueueStatus
 from scheduler_core.store.reach_queue import QueuedMessage, QueueRepository, Settlement
 from scheduler_core.store.transactions import HeldConnection
 
@@ -185,8 +186,8 @@ class DeliveryRounds:
             provider = self.providers().get(message.entry.provider)
             idempotent = provider is not None and provider.idempotent
             error = last_error("transient_failure", LEASE_LOST)
-            if message.entry.status == "sending" and not idempotent:
-                verdict = Verdict("unknown", "transient_failure", last_error=error)
+            if message.entry.status == QueueStatus.SENDING and not idempotent:
+                verdict = Verdict(QueueStatus.UNKNOWN, "transient_failure", last_error=error)
             else:
                 verdict = retry_or_dead(message.entry, "transient_failure", error)
             settled += self.repo.recover(message, verdict.status, verdict.last_failure, verdict.retry_in_ms,

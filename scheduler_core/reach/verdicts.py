@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from scheduler_core.masking import mask_text
 from scheduler_core.reach.base import Delivery
 from scheduler_core.reach.config import backoff_ms
+from scheduler_core.statuses import QueueStatus
 from scheduler_core.store.reach_queue_pages import QueueEntry
 
 __all__ = ["LAST_ERROR_MAX", "LEASE_LOST", "Verdict", "decide", "last_error", "retry_or_dead"]
@@ -24,7 +25,7 @@ LEASE_LOST = "the node delivering it stopped before it recorded the outcome (its
 
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # sent | dead | unknown | pending
+    status: QueueStatus  # sent | dead | unknown | pending
     last_failure: str | None = None  # the class the queue acts and filters on
     retry_in_ms: int | None = None
     last_error: str | None = None  # what went wrong: "<real class>: <short masked message>"
@@ -40,21 +41,21 @@ def last_error(failure: str, error: str | None) -> str:
 
 def decide(delivery: Delivery, idempotent: bool, entry: QueueEntry) -> Verdict:
     if delivery.sent:
-        return Verdict("sent")
+        return Verdict(QueueStatus.SENT)
     failure = delivery.failure_class or "transient_failure"
     error = last_error(failure, delivery.error)
     if failure == "invalid_message":
-        return Verdict("dead", failure, last_error=error)
+        return Verdict(QueueStatus.DEAD, failure, last_error=error)
     if delivery.started and not idempotent:
-        return Verdict("unknown", failure, last_error=error)
+        return Verdict(QueueStatus.UNKNOWN, failure, last_error=error)
     if failure == "permanent_rejection":
-        return Verdict("dead", failure, last_error=error)
+        return Verdict(QueueStatus.DEAD, failure, last_error=error)
     return retry_or_dead(entry, failure, error)
 
 
 def retry_or_dead(entry: QueueEntry, failure: str, error: str) -> Verdict:
     """Retry after the entry's backoff, or dead once its attempts are used up."""
     if entry.attempt_count >= entry.max_attempts:
-        return Verdict("dead", "attempts_exhausted", last_error=error)
-    return Verdict("pending", failure, backoff_ms(entry.retry_delay_ms, entry.max_retry_delay_ms, entry.attempt_count),
-                   error)
+        return Verdict(QueueStatus.DEAD, "attempts_exhausted", last_error=error)
+    return Verdict(QueueStatus.PENDING, failure,
+                   backoff_ms(entry.retry_delay_ms, entry.max_retry_delay_ms, entry.attempt_count), error)

@@ -28,7 +28,8 @@ from scheduler_core.runtime.queued import QueuedClaims
 from scheduler_core.runtime.recovery import ExpiryRecovery, claimed_execution
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.spread import Capability, Spread
-from scheduler_core.store import ClaimRequest, NodeRepository, TickSnapshot
+from scheduler_core.statuses import Trigger
+from scheduler_core.store import ClaimOutcome, ClaimRequest, NodeRepository, TickSnapshot
 from scheduler_core.store.alerts import AlertRepository
 from scheduler_core.store.transactions import AutocommitLine, read
 
@@ -281,7 +282,7 @@ class Node:
                 self._unanswered.discard(occurrence_id)
                 continue
             requests.append(ClaimRequest(
-                occurrence_id=occurrence_id, task_id=due.task_id, task_revision=due.revision, trigger="cron",
+                occurrence_id=occurrence_id, task_id=due.task_id, task_revision=due.revision, trigger=Trigger.CRON,
                 max_attempts=task.max_attempts, token=str(uuid.uuid5(self._token_namespace, occurrence_id)),
                 scheduled_minute=due.minute_ms, retry=occurrence_id in self._unanswered))
         try:
@@ -293,7 +294,7 @@ class Node:
             self.planner.backlog.extendleft(reversed(batch))
             raise
         self._unanswered.difference_update(r.occurrence_id for r in requests)
-        claimed = {r.occurrence_id for r in results if r.outcome == "claimed"}
+        claimed = {r.occurrence_id for r in results if r.outcome == ClaimOutcome.CLAIMED}
         mine = [r for r in requests if r.occurrence_id in claimed]
         if mine:
             self._dispatch_claimed(mine)

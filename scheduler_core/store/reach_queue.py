@@ -21,6 +21,7 @@ from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import DatabaseError
+from scheduler_core.statuses import QueueStatus
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.owner_write import Owned, owner_write
 from scheduler_core.store.reach_queue_pages import QueueEntry, QueuePages, entry_from_row
@@ -48,7 +49,7 @@ class Settlement:
     """An owner's final word on one claimed row (see ``QueueRepository.settle_many``)."""
 
     queue_id: str
-    status: str  # sent | dead | unknown | pending
+    status: QueueStatus  # sent | dead | unknown | pending
     message_id: str | None = None  # the provider's id of a sent message (None: unchanged)
     last_failure: str | None = None  # the failure class (None: cleared)
     retry_in_ms: int | None = None  # pending: next attempt this long after now (DB clock)
@@ -236,7 +237,7 @@ class QueueRepository(QueuePages):
     def settle(self, queue_id: str, token: str, status: str, *, message_id: str | None = None,
                last_failure: str | None = None, retry_in_ms: int | None = None, last_error: str | None = None) -> bool:
         """``settle_many`` of one row."""
-        return queue_id in self.settle_many(token, [Settlement(queue_id, status, message_id, last_failure,
+        return queue_id in self.settle_many(token, [Settlement(queue_id, QueueStatus(status), message_id, last_failure,
                                                                 retry_in_ms, last_error)])
 
     # --- crash recovery -------------------------------------------------------------------------

@@ -47,7 +47,7 @@ class ClaimRequest:
     occurrence_id: str
     task_id: str
     task_revision: int
-    trigger: str  # a Trigger: cron | manual | catchup
+    trigger: Trigger  # cron | manual | catchup
     max_attempts: int
     token: str  # this claimer's token for this occurrence (never shared with another claimer)
     source: str | None = None
