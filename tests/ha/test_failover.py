@@ -94,6 +94,15 @@ def test_three_sigkills_in_a_row(ha_cluster: Cluster) -> None:
     assert all(d.first_handler_after_s is not None for d in report.disturbances)
 
 
+# Known product failures (issue #31, open): each run still runs and prints its figures.
+OUTAGE_LOSES_RUNS = ("issue #31, open: a terminal commit or a begin that fails while there is no primary is abandoned "
+                     "(scheduler_core/runtime/runner.py: _after_finish / _settle give up and stop renewing; a begin's "
+                     "connection error crashes the runner), so the row waits for its lease and is settled as for a "
+                     "dead owner: unknown, interrupted or taken over, though the node knew the outcome")
+
+
+@pytest.mark.xfail(reason=OUTAGE_LOSES_RUNS + "; and pg_auto_failover 2.0 can itself lose acknowledged commits in a "
+                   "switchover (hapostgres/pg_auto_failover#774)", strict=False)
 def test_planned_switchover(ha_cluster: Cluster) -> None:
     report = _scenario(ha_cluster, "switchover", ["switchover"])
     (switch,) = report.disturbances
@@ -111,6 +120,7 @@ def test_planned_switchover(ha_cluster: Cluster) -> None:
     _no_casualties(report, switch, LEASE_MS)
 
 
+@pytest.mark.xfail(reason=OUTAGE_LOSES_RUNS + " (the clock jump itself is detected and costs no lease)", strict=False)
 def test_failover_to_a_standby_whose_clock_is_5s_ahead(ha_cluster_factory: Callable[..., Cluster]) -> None:
     cluster = ha_cluster_factory(standby_faketime="+5s")
     assert cluster.primary().name == "node1" and cluster.standby().faketime == "+5s"
@@ -178,6 +188,9 @@ def _row(row: dict[str, Any], back: float | None = None, starts: list[tuple[floa
     return text
 
 
+@pytest.mark.xfail(reason="issue #31, open: every failed tick logs a traceback, five times a second, with no back-off "
+                   "(scheduler_core/runtime/node.py: Node.tick), and a begin's connection error crashes its runner",
+                   strict=False)
 def test_the_node_logs_say_an_outage_without_tracebacks() -> None:
     """The issue: while there is no primary, nodes back off and say so once in the log. A
     traceback per failed tick, or a runner that "failed unexpectedly", is not that."""
