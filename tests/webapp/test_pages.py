@@ -32,7 +32,7 @@ def test_nodes_page_shows_nodes_and_their_leases(app: Flask, client: FlaskClient
         auth.login()
         page = client.get("/nodes/").get_data(as_text=True)
         assert scheduler.config.node_id in page and ">slow<" in page and "No execution is running" not in page
-        assert "<td>api, hook, python</td>" in page.replace(", js", "")  # what it runs, from its heartbeat
+        assert "<td>api, command, hook, python</td>" in page.replace(", js", "")  # what it runs, from its heartbeat
     finally:
         release.set()
         worker.join()
