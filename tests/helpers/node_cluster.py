@@ -107,6 +107,16 @@ def next_boundary(engine: Engine, lead_ms: int = 6_000) -> tuple[int, int]:
     return offset, boundary - boundary % 60_000
 
 
+def boundary_ahead(engine: Engine, offset: int, margin_ms: int = 3_000) -> int:
+    """The first minute boundary at least ``margin_ms`` ahead of the DB clock shifted by ``offset``.
+
+    Register a test's tasks at it once the nodes are ready: on a loaded host starting three
+    processes can take longer than ``next_boundary``'s lead, and a boundary the nodes were not up
+    for is journaled ``missed`` (rightly), which is not what a routing test is about."""
+    shifted = db_now(engine) + offset + margin_ms
+    return shifted - shifted % 60_000 + 60_000
+
+
 def cron_at(boundary: int) -> str:
     """A cron expression that fires at the minute ``boundary`` (once a day)."""
     moment = time.gmtime(boundary / 1000)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import TaskDefinition
 from tests.conftest import TestDatabase
 from tests.helpers.node_cluster import (
+    boundary_ahead,
     cron_at,
     effects_of,
     journal,
@@ -42,8 +43,7 @@ def _register(engine: Engine, boundary: int) -> None:
 
 def test_occurrences_run_only_on_nodes_able_to_run_them(database: TestDatabase, engine: Engine,
                                                         tmp_path: Path) -> None:
-    offset, boundary = next_boundary(engine)
-    _register(engine, boundary)
+    offset, _ = next_boundary(engine)
     effects, go = tmp_path / "effects.log", tmp_path / "go"
     env = {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
     web = {"hooks": False, "trigger": {"task": "invoice", "key": "k", "go_file": str(go)}}
@@ -53,8 +53,10 @@ def test_occurrences_run_only_on_nodes_able_to_run_them(database: TestDatabase, 
     try:
         wait_ready(effects, len(procs), procs)
         time.sleep(1.5)  # every node has sent its first heartbeat (what it can run)
+        boundary = boundary_ahead(engine, offset)  # the lead's boundary, unless starting took longer
+        _register(engine, boundary)
         go.touch()
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 150
         while True:
             rows = journal(engine, scheduled_minute=boundary)
             done = len(rows) == PLAIN + BILLING and all(r.status != "running" for r in rows)

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core import TaskDefinition
 from tests.conftest import TestDatabase
 from tests.helpers.node_cluster import (
+    boundary_ahead,
     effects_of,
     journal,
     next_boundary,
@@ -39,12 +40,7 @@ def _handler_seconds(index: int) -> float:
 
 def test_three_nodes_share_each_minute_and_skip_nothing(database: TestDatabase, engine: Engine,
                                                          tmp_path: Path) -> None:
-    offset, boundary = next_boundary(engine, lead_ms=6_000)
-    minutes = [boundary + 60_000 * m for m in range(MINUTES)]
-    # Due at the minutes under test only: not in the minute the nodes start in, whose work would
-    # overlap the first one's.
-    cron = ",".join(str(time.gmtime(m / 1000).tm_min) for m in minutes) + " * * * *"
-    register_tasks(engine, (TaskDefinition(id=f"work-{i:03d}", name=f"Work {i}", cron=cron) for i in range(TASKS)))
+    offset, _ = next_boundary(engine, lead_ms=6_000)
     effects = tmp_path / "effects.log"
     options = {"sleep_s": {f"work-{i:03d}": _handler_seconds(i) for i in range(TASKS)}, "lease_ms": 30_000,
                "tick_interval_ms": 1000}
@@ -52,6 +48,13 @@ def test_three_nodes_share_each_minute_and_skip_nothing(database: TestDatabase, 
     procs = [spawn_node(database, f"node-{i}", effects, i, env, options) for i in range(NODES)]
     try:
         wait_ready(effects, NODES, procs)
+        boundary = boundary_ahead(engine, offset)  # the lead's boundary, unless starting took longer
+        minutes = [boundary + 60_000 * m for m in range(MINUTES)]
+        # Due at the minutes under test only: not in the minute the nodes start in, whose work would
+        # overlap the first one's.
+        cron = ",".join(str(time.gmtime(m / 1000).tm_min) for m in minutes) + " * * * *"
+        register_tasks(engine, (TaskDefinition(id=f"work-{i:03d}", name=f"Work {i}", cron=cron)
+                                for i in range(TASKS)))
         deadline = time.monotonic() + 60 * MINUTES + 60
         while not all(_settled(engine, minute) for minute in minutes):
             assert time.monotonic() < deadline, {m: Counter(r.status for r in journal(engine, scheduled_minute=m))

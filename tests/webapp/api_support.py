@@ -89,6 +89,9 @@ _reflected: dict[tuple[int, str], MetaData] = {}
 
 def snapshot(app: Flask) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table but NOT_COMPARED (reflected once per engine, so a new table is included)."""
+    # A write accepted just before may have started a run on the dashboard's own thread (a trigger
+    # is a submit): its journal rows land later, so wait for it, or they are blamed on the next call.
+    assert app.extensions["hai_scheduler"].context().wait_idle(60), "a run started by an earlier call did not end"
     engine = app.extensions["hai_engine"]
     key = (id(engine), str(engine.url))
     tables = _reflected.get(key)
