@@ -6,21 +6,20 @@ while the whole cluster is down (``Alerts.watch_idle``), so an outage alerts bef
 The answer stays 200 then: the dashboard is healthy, the nodes are not, and a load balancer must
 keep the page that says so in rotation. While the database does not answer (a failover: seconds
 without a primary) it is 503 with ``database: unreachable since <UTC time>``, said once in the log
-when it starts and once when it ends (``Outage``, one per worker process).
+when it starts and once when it ends (the scheduler's ``outage``, one per worker process, which
+the node in the same process reports to as well).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.db import health_check, migration_state
+from scheduler_core.db.outage import utc as _utc
 from scheduler_core.errors import ReachError, SchedulerError
 from webapp.node import reach_of, scheduler_of
 
@@ -28,37 +27,10 @@ bp = Blueprint("health", __name__)
 logger = logging.getLogger("webapp.health")
 
 
-class Outage:
-    """Since when this process finds the database unreachable (this host's clock: the database's is
-    what is missing), logged once as it begins and once as it ends."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.since: float | None = None  # unix seconds
-
-    def failed(self, error: SchedulerError) -> float:
-        with self._lock:
-            if self.since is None:
-                self.since = time.time()
-                logger.warning("database unreachable since %s: %s", _utc(self.since), error.message)
-            return self.since
-
-    def answered(self) -> None:
-        with self._lock:
-            if self.since is not None:
-                logger.warning("database reachable again after %.1f s (unreachable since %s)",
-                               time.time() - self.since, _utc(self.since))
-                self.since = None
-
-
-def _utc(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 @bp.get("/healthz")
 def healthz() -> ResponseReturnValue:
     engine = current_app.extensions["hai_engine"]
-    outage: Outage = current_app.extensions.setdefault("hai_outage", Outage())
+    outage = scheduler_of(current_app).outage  # the node in this process reports to it too
     try:
         now_ms = health_check(engine)
         state = migration_state(engine)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from scheduler_core.db.outage import Backoff
 from scheduler_core.reach.base import Delivery, Provider, RenderedMessage
 from scheduler_core.reach.queue_operations import (
     BULK_BATCH,
@@ -31,7 +33,7 @@ from scheduler_core.reach.queue_operations import (
 from scheduler_core.reach.verdicts import LAST_ERROR_MAX, LEASE_LOST, Verdict, decide, last_error, retry_or_dead
 from scheduler_core.statuses import QueueStatus
 from scheduler_core.store.reach_queue import QueuedMessage, QueueRepository, Settlement
-from scheduler_core.store.transactions import HeldConnection
+from scheduler_core.store.transactions import HeldConnection, is_unreachable
 
 __all__ = [
     "BULK_BATCH",
@@ -138,7 +140,19 @@ class DeliveryRounds:
                 verdicts[message.entry.queue_id] = (
                     retry_or_dead(message.entry, "provider_unavailable", unavailable), None)
         if sendable:
-            marked = self.repo.mark_sending_many([m.entry.queue_id for m in sendable], token, held.get())
+            try:
+                marked = self.repo.mark_sending_many([m.entry.queue_id for m in sendable], token, held.get())
+            except Exception as exc:
+                if not is_unreachable(exc):
+                    raise
+                # Whether the rows are marked is unknown, but nothing was sent: none is sent now,
+                # and each goes back to the queue (the settlement below, written until answered),
+                # not to recovery, which would have to call a plain provider's message unknown.
+                held.drop(broken=True)
+                error = last_error("transient_failure", "the database did not answer before sending")
+                for message in sendable:
+                    verdicts[message.entry.queue_id] = (retry_or_dead(message.entry, "transient_failure", error), None)
+                marked, sendable = set(), []
             sendable = [m for m in sendable if m.entry.queue_id in marked]  # the others were lost: not sent
         if sendable:
             for message, delivery in zip(sendable, self._send_keeping_lease(providers, sendable, token, senders),
@@ -146,14 +160,41 @@ class DeliveryRounds:
                 provider = providers[message.entry.provider]
                 verdicts[message.entry.queue_id] = (decide(delivery, provider.idempotent, message.entry),
                                                     delivery.message_id)
-        applied = self.repo.settle_many(token, [
+        applied = self._settle(token, [
             Settlement(queue_id, verdict.status, message_id, verdict.last_failure, verdict.retry_in_ms,
                        verdict.last_error)
-            for queue_id, (verdict, message_id) in verdicts.items()], held.get()) if verdicts else set()
+            for queue_id, (verdict, message_id) in verdicts.items()], held) if verdicts else set()
         if len(applied) < len(verdicts):
             logger.warning("queue: %d of a wave's leases lost while sending; recovery settles them",
                            len(verdicts) - len(applied))
         return [verdicts[m.entry.queue_id][0].status if m.entry.queue_id in applied else "lost" for m in wave]
+
+    def _settle(self, token: str, settlements: list[Settlement], held: HeldConnection) -> set[str]:
+        """``settle_many``, written again while the database does not answer (a failover): the
+        outcomes are known, the messages must not be judged as a dead owner's. Tried for as long
+        as the wave's leases (renewed right before) last; then recovery decides, as before.
+        Written again, it applies to the rows the first write did not reach; the others are
+        read back (``settled_as``): their row already says what this node decided."""
+        deadline = time.monotonic() + self.repo.lease_ms / 1000
+        backoff, since = Backoff(0.1, 2.0), None
+        while True:
+            try:
+                applied = self.repo.settle_many(token, settlements, held.get())
+                if since is not None:
+                    missing = [s for s in settlements if s.queue_id not in applied]
+                    applied |= self.repo.settled_as(missing) if missing else set()
+                    logger.warning("queue: a wave's settlement written after %.1f s without a database",
+                                   time.monotonic() - since)
+                return applied
+            except Exception as exc:
+                held.drop(broken=True)
+                if not is_unreachable(exc) or time.monotonic() >= deadline:
+                    raise
+                if since is None:
+                    since = time.monotonic()
+                    logger.warning("queue: settling a wave of %d found no database (%s); writing it again until "
+                                   "its leases run out", len(settlements), type(exc).__name__)
+                _pause(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
     def _send_keeping_lease(self, providers: dict[str, Provider], wave: list[QueuedMessage], token: str,
                             senders: ThreadPoolExecutor) -> list[Delivery]:
@@ -166,8 +207,8 @@ class DeliveryRounds:
                 try:
                     if not self.repo.renew_claim(token):
                         return
-                except Exception:
-                    logger.warning("queue: lease renewal failed", exc_info=True)
+                except Exception as exc:  # no database (a failover): said without a traceback
+                    logger.warning("queue: lease renewal failed", exc_info=None if is_unreachable(exc) else exc)
 
         renewer = threading.Thread(target=keep_alive, name="hai-reach-renew", daemon=True)
         renewer.start()

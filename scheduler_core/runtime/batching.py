@@ -17,7 +17,7 @@ from scheduler_core.model import LogPersistence
 from scheduler_core.statuses import LogPersistenceStatus
 from scheduler_core.store import ExecutionRepository, LogRepository
 from scheduler_core.store.executions import BeginRequest, FinishRequest
-from scheduler_core.store.transactions import HeldConnection
+from scheduler_core.store.transactions import HeldConnection, is_unreachable
 
 logger = logging.getLogger("scheduler_core.batching")
 T = TypeVar("T")
@@ -225,8 +225,8 @@ def one_by_one_on_failure(batch: list[T], run: Callable[[list[T]], list[R]]) -> 
     try:
         return list(run(batch))
     except Exception as exc:
-        if len(batch) == 1:
-            return [exc]
+        if len(batch) == 1 or is_unreachable(exc):  # no database: one by one would fail alike, N times
+            return [exc] * len(batch)
         logger.warning("a batch of %d writes failed (%s); writing them one by one", len(batch), exc)
     results: list[R | Exception] = []
     for item in batch:
@@ -269,7 +269,7 @@ class OwnerWrites:
             try:
                 begun = self._executions.begin_attempts(requests, self._begin_conn.get())
             except Exception:
-                self._begin_conn.drop()
+                self._begin_conn.drop(broken=True)
                 raise
             return [r.occurrence_id in begun for r in requests]
 
@@ -283,7 +283,7 @@ class OwnerWrites:
         try:
             result = self._executions.finish_many(requests, conn=self._finish_conn.get())
         except Exception:
-            self._finish_conn.drop()
+            self._finish_conn.drop(broken=True)
             raise
         outcomes = []
         for r in requests:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from scheduler_core.config import SchedulerConfig
+from scheduler_core.db.outage import Outage
 from scheduler_core.executors import CancelSignal, ExecutorRegistry
 from scheduler_core.model import Execution, TaskDefinition
 from scheduler_core.runtime.batching import OwnerWrites
@@ -44,7 +45,7 @@ class RegisteredRunner(Protocol):
 class RuntimeContext:
     def __init__(self, config: SchedulerConfig, tasks: TaskRepository, executions: ExecutionRepository,
                  logs: LogRepository, executors: ExecutorRegistry, hooks: Hooks,
-                 forget_task: Callable[[str], None]) -> None:
+                 forget_task: Callable[[str], None], outage: Outage | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.tasks = tasks
@@ -56,7 +57,9 @@ class RuntimeContext:
         self.executors = executors
         self.hooks = hooks  # replaced whole by set_hooks / clear_hooks
         self.clock = DbClockEstimate()
-        self.leases = LeaseKeeper(executions, config.renew_interval_ms, config.lease_ms)
+        # Seconds without a primary: said once, on /healthz and in health(), by every part alike.
+        self.outage = outage or Outage(f"node {config.node_id}")
+        self.leases = LeaseKeeper(executions, config.renew_interval_ms, config.lease_ms, self.outage)
         self.writes = OwnerWrites(executions, logs)  # group commits of begins and terminal commits
         self.forget_task = forget_task
         self.kinds = executors.available_kinds()  # found at init(): js only where Node.js is

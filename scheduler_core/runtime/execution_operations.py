@@ -8,6 +8,8 @@ runs business code. Every argument is checked here, and a bad one raises ConfigE
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from scheduler_core.config import SchedulerConfig
+from scheduler_core.db.outage import Backoff
 from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError, LogPersistFailedError
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.runtime.context import RuntimeContext
@@ -29,6 +32,7 @@ from scheduler_core.statuses import (
 from scheduler_core.store.journal_queries import BoundedCount, HourBucket, JournalQueries, KeysetPage
 from scheduler_core.store.journal_queries import Cursor as Cursor  # re-exported: the web's page cursors come from here
 from scheduler_core.store.logs import LogFilter
+from scheduler_core.store.transactions import is_unreachable
 from scheduler_core.store.unknown_review import UnknownReviewQueries
 from scheduler_core.validation import (
     ID_MAX,
@@ -47,6 +51,8 @@ from scheduler_core.validation import (
 REASON_MAX = 2_000  # an operator's reason for a resolution
 COUNT_CAP = 10_000  # bounded counts stop here: the page shows "10,000+"
 REPAIR_ROUND = 100  # log failures repaired per round of repair_all
+READ_BACK_S = 15.0  # how long a resolution whose answer was lost waits for the database to tell
+_pause = threading.Event().wait
 logger = logging.getLogger("scheduler_core.operations")
 
 
@@ -242,14 +248,42 @@ class ExecutionOperations:
         check_optional_text(resolved_by, "resolved_by", ID_MAX, single_line=True)
         check_optional_text(reason, "reason", REASON_MAX)
         execution = self.get(occurrence_id)
+        if _resolved_as(execution, verdict, resolved_by, reason):
+            return execution  # asked again (its answer was lost?): the row already says so
         if execution.status != ExecutionStatus.UNKNOWN:
             raise ConflictError(f"execution {occurrence_id!r} is {execution.status}, not unknown",
                                 occurrence_id=occurrence_id)
         repo = self._context().executions
-        if not repo.resolve_unknown(execution, verdict, expected_updated_at, resolved_by, reason):
+        try:
+            won = repo.resolve_unknown(execution, verdict, expected_updated_at, resolved_by, reason)
+        except Exception as exc:
+            if not is_unreachable(exc):
+                raise
+            # The COMMIT may have landed: read the row once the database answers (a failover's
+            # seconds), and say what it holds rather than guess; still no answer: the error stands.
+            found = self._read_back(occurrence_id, exc)
+            if _resolved_as(found, verdict, resolved_by, reason):
+                return found
+            if found.status != ExecutionStatus.UNKNOWN or found.updated_at != expected_updated_at:
+                raise ConflictError(f"execution {occurrence_id!r} changed since it was read",
+                                    occurrence_id=occurrence_id) from exc
+            won = repo.resolve_unknown(execution, verdict, expected_updated_at, resolved_by, reason)
+        if not won:
             raise ConflictError(f"execution {occurrence_id!r} changed since it was read "
                                 f"(updated_at is no longer {expected_updated_at})", occurrence_id=occurrence_id)
         return self.get(occurrence_id)
+
+    def _read_back(self, occurrence_id: str, error: Exception) -> Execution:
+        """The row, read with back-off for up to ``READ_BACK_S`` while the database does not
+        answer; then ``error`` is raised (nothing is known)."""
+        backoff, deadline = Backoff(0.1, 2.0), time.monotonic() + READ_BACK_S
+        while True:
+            try:
+                return self.get(occurrence_id)
+            except Exception as exc:
+                if not is_unreachable(exc) or time.monotonic() >= deadline:
+                    raise error from exc
+            _pause(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
     def list_log_failures(self, limit: int = 50, offset: int = 0) -> list[Execution]:
         check_page(limit, offset)
@@ -292,3 +326,9 @@ class ExecutionOperations:
             if done == 0:
                 break
         return RepairAllResult(repaired, len(failed), self.log_failure_count(), rounds)
+
+
+def _resolved_as(execution: Execution, verdict: str, resolved_by: str | None, reason: str | None) -> bool:
+    """The row already holds this resolution, by this operator, for this reason (a repeat)."""
+    return (execution.status == verdict and execution.resolved_by == resolved_by
+            and execution.resolution_reason == reason)

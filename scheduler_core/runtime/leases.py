@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 
+from scheduler_core.db.outage import Outage
 from scheduler_core.executors.base import CancelSignal
 from scheduler_core.store.executions import ExecutionRepository
 
@@ -38,8 +39,10 @@ class DbClockEstimate:
 
 
 class LeaseKeeper:
-    def __init__(self, executions: ExecutionRepository, interval_ms: int, lease_ms: int) -> None:
+    def __init__(self, executions: ExecutionRepository, interval_ms: int, lease_ms: int,
+                 outage: Outage | None = None) -> None:
         self._executions = executions
+        self._outage = outage or Outage("lease keeper")
         self._interval = interval_ms / 1000
         self._lease_s = lease_ms / 1000
         self._owned: dict[str, CancelSignal] = {}
@@ -70,6 +73,12 @@ class LeaseKeeper:
             self._owned.pop(token, None)
             self._renewed_at.pop(token, None)
 
+    def holds(self, token: str) -> bool:
+        """The lease of ``token`` is still this node's as far as it knows: renewed within a lease,
+        or not yet found lost (a runner asks before it tries a write again)."""
+        with self._lock:
+            return token in self._owned
+
     def tokens(self) -> list[str]:
         with self._lock:
             return list(self._owned)
@@ -85,13 +94,14 @@ class LeaseKeeper:
         started = time.monotonic()
         try:
             lost = self._executions.renew(tokens)
-        except Exception:
+        except Exception as exc:
             # The database did not answer. Keep trying; but once a whole lease has passed
             # without a successful renewal, another node may own it: stop the attempt.
-            logger.warning("lease renewal failed; will retry", exc_info=True)
+            self._outage.report(exc, logger, "lease renewal failed; will retry")
             with self._lock:
                 lost = {t for t in tokens if started - self._renewed_at.get(t, started) >= self._lease_s}
         else:
+            self._outage.answered()
             with self._lock:
                 for token in tokens:
                     if token in self._renewed_at:

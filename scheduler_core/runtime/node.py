@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy.engine import Connection
 
 from scheduler_core.cron import cron_occurrence_id
+from scheduler_core.db.outage import Backoff
 from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.clock_watch import ClockWatch, Reading, jump_tolerance_ms
 from scheduler_core.runtime.collector import BurstCollector
@@ -31,13 +32,14 @@ from scheduler_core.runtime.spread import Capability, Spread
 from scheduler_core.statuses import Trigger
 from scheduler_core.store import ClaimOutcome, ClaimRequest, NodeRepository, TickSnapshot
 from scheduler_core.store.alerts import AlertRepository
-from scheduler_core.store.transactions import AutocommitLine, read
+from scheduler_core.store.transactions import AutocommitLine, is_unreachable, read
 
 logger = logging.getLogger("scheduler_core.node")
 CLAIM_BATCH = 200
 PREFETCH_HORIZON_S = 0.5  # claim what the threads start within this, at their recent pace
 MAX_PREFETCH = 1_000
 PACE_WEIGHT = 0.1  # of the newest run in the moving average
+TICK_BACKOFF_MAX_S = 2.0  # the longest a node waits to ask again while the database does not answer
 BOUNDARY_MARGIN_MS = 2  # wake this much after a minute begins (DB clock), so that it has begun
 
 
@@ -78,6 +80,11 @@ class Node:
         self._housekeeping = Housekeeping(ctx)
         self._collector = BurstCollector(self.planner, ctx.clock, ctx.config.tick_interval_ms)
         self._waiting_runs = 0  # submitted to the pool, not yet on a thread (under _pooled_lock)
+        # The database did not answer the last tick: the next one comes after this back-off
+        # (db/outage.py), not at the tick interval; None while it answers.
+        interval_s = ctx.config.tick_interval_ms / 1000
+        self._backoff = Backoff(first=interval_s, most=max(interval_s, TICK_BACKOFF_MAX_S))
+        self._retry_in: float | None = None
         # Starts before bookkeeping: terminal commits wait (bounded) while this node has starts
         # to make, so that a burst's claims and begins do not share the CPU with them.
         ctx.writes.finishes.defer_while(self._starts_pending)
@@ -111,7 +118,7 @@ class Node:
         while not self._stopping.is_set():
             self.tick()
             self._collector.before_next_minute()  # runtime/collector.py
-            deadline = time.monotonic() + self._wait_s()
+            deadline = time.monotonic() + (self._wait_s() if self._retry_in is None else self._retry_in)
             while not self._stopping.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -138,9 +145,9 @@ class Node:
         with self._tick_lock:
             try:
                 self._claim_backlog()
-            except Exception:
-                logger.warning("claim for a freed thread failed on node %s; the next tick retries",
-                               self.ctx.node_id, exc_info=True)
+            except Exception as exc:
+                self.ctx.outage.report(exc, logger, "claim for a freed thread failed on node %s; the next tick "
+                                       "retries", self.ctx.node_id)
 
     def shutdown_pool(self) -> None:
         """Wait for the pool's runners to end -- their terminal commits decided, too."""
@@ -165,8 +172,17 @@ class Node:
             began = time.monotonic()
             try:
                 self._tick()
-            except Exception:
-                logger.exception("tick failed on node %s; next tick retries", self.ctx.node_id)
+            except Exception as exc:
+                if is_unreachable(exc):  # no primary (a failover): one line for the whole outage, then back off
+                    self.ctx.outage.failed(exc)
+                    self._retry_in = self._backoff.next()
+                else:
+                    self._retry_in = None
+                    logger.exception("tick failed on node %s; next tick retries", self.ctx.node_id)
+            else:
+                self.ctx.outage.answered()
+                self._backoff.reset()
+                self._retry_in = None
             finally:  # reported with the next heartbeat (nodes.last_tick_ms, for /metrics)
                 self._last_tick_ms = int((time.monotonic() - began) * 1000)
 
@@ -182,6 +198,8 @@ class Node:
             self._tasks_version = snapshot.tasks_version
             self.planner.sync(definitions, snapshot.now_ms)
             self._cancel_stale_runners(definitions)
+        if self._recovery.unanswered:
+            self._recovery.resolve_unanswered()  # takeovers whose COMMIT was not answered
         if self._recovery.due(snapshot.leases_expired, snapshot.earliest_lease_until):
             self._recovery.recover_expired(snapshot.earliest_lease_until)  # runtime/recovery.py
         due = self.planner.due(snapshot.now_ms)

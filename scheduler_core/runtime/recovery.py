@@ -17,6 +17,7 @@ from scheduler_core.runtime.planner import Planner
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.statuses import AttemptStatus, ExecutionStatus, Trigger
 from scheduler_core.store import ClaimRequest
+from scheduler_core.store.transactions import is_unreachable
 
 logger = logging.getLogger("scheduler_core.node")
 
@@ -32,6 +33,9 @@ class ExpiryRecovery:
         self.free_capacity = free_capacity
         self.submit = submit
         self.declined_lease: int | None = None  # earliest expired lease when every expired row was left
+        # Takeovers whose COMMIT was not answered (the connection dropped, no primary): the token
+        # it carried, read back on the next tick to learn whether this node owns the row now.
+        self.unanswered: dict[str, tuple[Execution, str]] = {}
 
     def due(self, leases_expired: bool, earliest: int | None) -> bool:
         """Whether a scan can do anything: a lease expired, and not only the ones this node left."""
@@ -44,10 +48,26 @@ class ExpiryRecovery:
         for execution in self.ctx.executions.expired():
             try:
                 declined = not self.recover(execution) and declined
-            except Exception:
-                logger.warning("recovering %s failed; next tick retries", execution.occurrence_id, exc_info=True)
+            except Exception as exc:
+                self.ctx.outage.report(exc, logger, "recovering %s failed; next tick retries", execution.occurrence_id)
                 declined = False
         self.declined_lease = earliest if declined else None
+
+    def resolve_unanswered(self) -> None:
+        """Read back each takeover whose answer was lost: the row carries its token (running) when
+        it committed, and then this node runs it now; otherwise it never happened, or another node
+        acted since. Raises while the database still does not answer (kept for the next tick)."""
+        for occurrence_id, (execution, token) in list(self.unanswered.items()):
+            row = self.ctx.executions.get(occurrence_id)
+            del self.unanswered[occurrence_id]
+            if row is not None and row.execution_token == token and row.status == ExecutionStatus.RUNNING:
+                logger.info("takeover of %s found committed: its answer had been lost", occurrence_id)
+                self._run_taken(execution, token)
+
+    def _run_taken(self, execution: Execution, token: str) -> None:
+        task = self.planner.task(execution.task_id)
+        owned = replace(execution, sequence=execution.sequence + 1, execution_token=token, owner_node=self.ctx.node_id)
+        self.submit(Runner(self.ctx, Ownership(owned, token, task, list(execution.attempts), reread=task is None)))
 
     def recover(self, execution: Execution) -> bool:
         """Take over or settle an expired execution; False when only another node can (it runs
@@ -60,10 +80,14 @@ class ExpiryRecovery:
             if self.free_capacity() == 0:
                 return True  # this node's next tick (or a node with room) takes it over
             token = str(uuid.uuid4())
-            if self.ctx.executions.take_over(execution, token):
-                owned = replace(execution, sequence=execution.sequence + 1, execution_token=token,
-                                owner_node=self.ctx.node_id)
-                self.submit(Runner(self.ctx, Ownership(owned, token, task, list(execution.attempts))))
+            try:
+                taken = self.ctx.executions.take_over(execution, token)
+            except Exception as exc:
+                if is_unreachable(exc):  # it may have committed: the row will say (resolve_unanswered)
+                    self.unanswered[execution.occurrence_id] = (execution, token)
+                raise
+            if taken:
+                self._run_taken(execution, token)
             return True
         attempts = [_closed(a) for a in execution.attempts]
         if not started:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from scheduler_core.db.outage import Backoff
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistence, TaskDefinition
 from scheduler_core.runtime.batching import Answer, FinishOutcome
@@ -17,10 +20,15 @@ from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import definition_problem
 from scheduler_core.statuses import AttemptStatus, ExecutionStatus, LogPersistenceStatus
 from scheduler_core.store.executions import BeginRequest, FinishRequest
+from scheduler_core.store.transactions import is_unreachable
 
 logger = logging.getLogger("scheduler_core.runner")
 CANCELLED_BY_DEFINITION = ("deleted", "disabled", "rescheduled", "unreadable")
 UNCONFIRMED = LogPersistenceStatus.UNCONFIRMED
+# A begin or terminal commit the database did not answer is asked again after these back-offs
+# (db/outage.py), for as long as the lease holds: a failover's seconds without a primary.
+RETRY_FIRST_S, RETRY_MOST_S = 0.05, 1.0
+_pause = threading.Event().wait  # not time.sleep: behaves under libfaketime (the clock-skew tests)
 
 
 class Next(enum.Enum):
@@ -116,10 +124,31 @@ class Runner:
         self.owned.attempts.append(attempt)
         request = BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts),
                                self.owned.execution)
-        if self.ctx.writes.begins.submit(request).result():
+        # The begin writes the same attempts again when it is repeated: a begin whose answer was
+        # lost (no primary, a COMMIT cut) is written again until the database answers, and the
+        # handler starts only once it is known committed -- on the primary the finish will reach.
+        if self._until_answered(lambda: self.ctx.writes.begins.submit(request).result()):
             return True
         self.owned.attempts.pop()
         return False
+
+    def _until_answered(self, call: Callable[[], bool]) -> bool:
+        """``call()``, asked again with back-off while the database does not answer, as long as
+        this node still holds the lease (False once it does not: lost, nothing may be published)."""
+        backoff = Backoff(RETRY_FIRST_S, RETRY_MOST_S)
+        while True:
+            try:
+                answer = call()
+            except Exception as exc:
+                if not is_unreachable(exc):
+                    raise
+                self.ctx.outage.failed(exc)
+                if not self.ctx.leases.holds(self.owned.token):
+                    return False
+                _pause(backoff.next())
+                continue
+            self.ctx.outage.answered()
+            return answer
 
     def _request(self) -> ExecutionRequest:
         task = self.owned.task
@@ -234,15 +263,65 @@ class Runner:
         except Exception:  # the runner must settle whatever happens, or close() would wait forever
             logger.exception("settling %s failed", request.occurrence_id)
             log = self._log(UNCONFIRMED, "internal error after the terminal commit", request.status)
-        self._settle(log)
+        if log is not None:
+            self._settle(log)
 
-    def _after_finish(self, request: FinishRequest, future: Answer[FinishOutcome]) -> ExecutionLog:
-        status = request.status
+    def _after_finish(self, request: FinishRequest, future: Answer[FinishOutcome]) -> ExecutionLog | None:
+        """The record once the terminal commit is decided; None while it is being confirmed (its
+        answer did not come: ``_confirm_finish`` settles the runner)."""
         try:
             outcome = future.result()
         except Exception as exc:
+            if is_unreachable(exc) and self.ctx.leases.holds(self.owned.token):
+                self.ctx.outage.failed(exc)
+                # Not on the flusher's thread (this is its callback): the answer may take a failover.
+                threading.Thread(target=self._confirm_finish, args=(request,), daemon=True,
+                                 name=f"hai-confirm-{request.occurrence_id[:8]}").start()
+                return None
             logger.warning("terminal commit of %s failed: %s", request.occurrence_id, exc)
-            return self._log(UNCONFIRMED, f"terminal commit failed: {exc}", status)
+            return self._log(UNCONFIRMED, f"terminal commit failed: {exc}", request.status)
+        return self._decided(request, outcome)
+
+    def _confirm_finish(self, request: FinishRequest) -> None:
+        """A terminal commit whose answer never came (the connection dropped, no primary): the
+        result is kept, and the commit is written again until the database answers. Written
+        again, it changes nothing if the first one landed (the row is no longer running), and then
+        the row itself says so: our token, our status. Given up only when the lease is lost while
+        the database still does not answer: the takeover rules then decide, as for a dead owner."""
+        backoff = Backoff(RETRY_FIRST_S, RETRY_MOST_S)
+        while True:
+            _pause(backoff.next())
+            try:
+                outcome = self._finish_again(request)
+            except Exception as exc:
+                if is_unreachable(exc) and self.ctx.leases.holds(self.owned.token):
+                    self.ctx.outage.failed(exc)
+                    continue
+                logger.warning("terminal commit of %s unconfirmed: %s", request.occurrence_id, exc)
+                log = self._log(UNCONFIRMED, f"terminal commit unconfirmed: {exc}", request.status)
+                break
+            self.ctx.outage.answered()
+            try:
+                log = self._decided(request, outcome)
+            except Exception:
+                logger.exception("settling %s failed", request.occurrence_id)
+                log = self._log(UNCONFIRMED, "internal error after the terminal commit", request.status)
+            break
+        self._settle(log)
+
+    def _finish_again(self, request: FinishRequest) -> FinishOutcome:
+        outcome = self.ctx.writes.finishes.submit(request).result()
+        if outcome.committed:
+            return outcome
+        row = self.ctx.executions.get(request.occurrence_id)
+        if row is None or row.execution_token != request.token or row.status != request.status:
+            return outcome  # not ours any more: the lease was lost before the first write landed
+        logger.info("terminal commit of %s found committed: its answer had been lost", request.occurrence_id)
+        persisted = LogPersistenceStatus(row.log_persistence) if row.log_persistence else LogPersistenceStatus.PERSISTED
+        return FinishOutcome(True, LogPersistence(persisted))
+
+    def _decided(self, request: FinishRequest, outcome: FinishOutcome) -> ExecutionLog:
+        status = request.status
         if not outcome.committed:
             return self._log(UNCONFIRMED, "lease lost before the terminal commit", status)
         self.ctx.leases.remove(self.owned.token)  # settled: nothing left to renew

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.cron import manual_occurrence_id, new_occurrence_id
 from scheduler_core.db import migration_state, pool_capacity, prepare_engine, upgrade
+from scheduler_core.db.outage import Outage
 from scheduler_core.errors import (
     AlreadyRunningError,
     ConfigError,
@@ -73,6 +74,9 @@ class Scheduler:
         self._refresh_lock = threading.Lock()
         self._closing = threading.Event()
         self._tick_listeners: list[Callable[[int], None]] = []
+        # Since when this process finds the database unreachable: the node's parts report to it,
+        # /healthz reads it (db/outage.py). One per scheduler, kept across init and close.
+        self.outage = Outage(f"node {self._config.node_id}")
         self.execution = ExecutionOperations(self.context, engine, self._config)
         self.task_ops = TaskOperations(self.context)
 
@@ -130,7 +134,7 @@ class Scheduler:
         tasks_repo.declare(self._validated_declared())
         executions = ExecutionRepository(self._engine, self._config.node_id, self._config.lease_ms)
         ctx = RuntimeContext(self._config, tasks_repo, executions, LogRepository(self._engine), self._executors,
-                             self._hooks, self._forget)
+                             self._hooks, self._forget, self.outage)
         self._load_snapshot(tasks_repo)
         ctx.clock.observe(tasks_repo.tick_snapshot().now_ms)
         ctx.leases.start()

@@ -234,6 +234,18 @@ class QueueRepository(QueuePages):
             "next_attempt_at": per_row("retry_in_ms", reach_queue.c.next_attempt_at, lambda v: db_now_ms() + v),
             "updated_at": self._touch(c)}, conn, tally)
 
+    def settled_as(self, settlements: builtins.list[Settlement]) -> set[str]:
+        """The ids whose row already reads as its settlement says (status, last error, and the
+        provider's message id when given): a settle whose answer was lost, read back. Recovery
+        never writes such a row: it writes its own last error (``LEASE_LOST``), never ``sent``."""
+        by_id = {s.queue_id: s for s in settlements}
+        q, ids = reach_queue.c, list(by_id)
+        query = select(q.queue_id, q.status, q.last_error, q.message_id, q.lock_token).where(q.queue_id.in_(ids))
+        rows = read(self.engine, lambda conn: conn.execute(query).all())
+        return {row.queue_id for row in rows if row.lock_token is None and row.status == by_id[row.queue_id].status
+                and row.last_error == by_id[row.queue_id].last_error
+                and by_id[row.queue_id].message_id in (None, row.message_id)}
+
     def settle(self, queue_id: str, token: str, status: str, *, message_id: str | None = None,
                last_failure: str | None = None, retry_in_ms: int | None = None, last_error: str | None = None) -> bool:
         """``settle_many`` of one row."""

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from scheduler_core.db.engine import dialect_kind
+from scheduler_core.db.outage import is_unreachable as is_unreachable  # the store's callers ask it here too
 from scheduler_core.errors import DatabaseError
 
 logger = logging.getLogger("scheduler_core.store")
@@ -105,11 +106,15 @@ class HeldConnection:
             self._conn = self._connect()
         return self._conn
 
-    def drop(self) -> None:
-        """Give it back (idle), or throw it away after an error. Never raises."""
+    def drop(self, broken: bool = False) -> None:
+        """Give it back (idle), or throw it away after an error (``broken``: closed, never
+        returned to the pool, whose reset would send a ROLLBACK down a dead link and log its
+        traceback). Never raises."""
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
+                if broken:
+                    conn.invalidate()
                 conn.close()
             except Exception:  # gone already: the pool drops it
                 logger.warning("closing a held connection failed", exc_info=True)
@@ -153,12 +158,12 @@ class AutocommitLine:
                 try:
                     return self._held.get().execute(statement).one()
                 except SQLAlchemyError as exc:
-                    self._held.drop()
+                    self._held.drop(broken=True)
                     dropped = isinstance(exc, DBAPIError) and exc.connection_invalidated
                     if attempt == 2 or not dropped:
                         raise _database_error("read", exc) from exc
                 except BaseException:
-                    self._held.drop()  # interrupted mid-statement: the connection's state is unknown
+                    self._held.drop(broken=True)  # interrupted mid-statement: the connection's state is unknown
                     raise
             raise AssertionError("unreachable")
 

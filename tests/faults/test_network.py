@@ -15,10 +15,14 @@ hang                  the link accepts but never forwards: as delay, and the rem
 lost claim ack        the claim's COMMIT reaches the server, its answer is lost: the remote
                       retries the claim with the same token, finds its own row and runs it
                       (sequence 1, one effect), idempotent or not
-lost begin ack        the same for the COMMIT that records the attempt's start: the journal
-                      says the attempt began (the handler never ran): unknown, never re-run
-lost finish ack       the terminal COMMIT is applied, its answer lost: the journal is the
-                      truth (success); the logs it left pending are settled by repair_log
+lost begin ack        the same for the COMMIT that records the attempt's start: the remote
+                      writes the begin again (the same attempts: it changes nothing) and runs
+                      the handler only once that is answered -- once, sequence 1
+lost renew ack        a lease renewal's COMMIT applied, its answer lost: the next renewal
+                      extends it again, the owner finishes (sequence 1, one effect)
+lost finish ack       the terminal COMMIT is applied, its answer lost: the remote writes it
+                      again, finds the row already settled with its own token and status, and
+                      settles (the journal is the truth: success); pending logs: repair_log
 ====================  ========================================================================
 
 Every case ends with the oracle over the minute: no journal row lost, nothing run twice.
@@ -55,7 +59,7 @@ LEASE_MS = 1500
 HANDLER_S = 2.0
 REMOTE = "remote"
 CASES = [("cut", True), ("delay", False), ("delay", True), ("hang", False), ("lost_claim_ack", False),
-         ("lost_claim_ack", True), ("lost_begin_ack", False), ("lost_finish_ack", False)]
+         ("lost_claim_ack", True), ("lost_begin_ack", False), ("lost_renew_ack", False), ("lost_finish_ack", False)]
 # A lost claim ack is recovered by the remote's own retry on its next tick: a longer lease
 # keeps a slow reconnect on a loaded machine from letting the survivor settle it first.
 CLAIM_RETRY_LEASE_MS = 5000
@@ -72,7 +76,7 @@ def _transaction_with(kind: str) -> Callable[[Statements], bool]:
     return matches
 
 
-TRAPS = {"lost_claim_ack": "claim", "lost_begin_ack": "begin", "lost_finish_ack": "finish"}
+TRAPS = {"lost_claim_ack": "claim", "lost_begin_ack": "begin", "lost_renew_ack": "renew", "lost_finish_ack": "finish"}
 
 
 def _effect_of(events: Path, node: str) -> bool:
@@ -86,14 +90,47 @@ def _refused(events: Path) -> list[dict[str, Any]]:
 def _expected(case: str, idempotent: bool, first: Execution) -> None:
     """What the rules say the occurrence became."""
     tried = [(a.node_id, a.sequence, a.status) for a in first.attempts]
-    if case in ("cut", "lost_finish_ack", "lost_claim_ack"):
+    if case in ("cut", "lost_finish_ack", "lost_claim_ack", "lost_begin_ack", "lost_renew_ack"):
         assert (first.status, first.sequence, first.owner_node) == ("success", 1, REMOTE)
         assert tried == [(REMOTE, 1, "success")]
     elif case in ("delay", "hang") and idempotent:
         assert (first.status, first.sequence, tried) == ("success", 2, [(REMOTE, 1, "unknown"),
                                                                         ("survivor", 2, "success")])
-    elif case in ("delay", "hang", "lost_begin_ack"):
+    elif case in ("delay", "hang"):
         assert (first.status, first.reason, tried) == ("unknown", "lease_expired", [(REMOTE, 1, "unknown")])
+
+
+def test_a_takeover_whose_answer_was_lost_is_read_back_and_run(server_database: TestDatabase, server_engine: Engine,
+                                                              events: Path) -> None:
+    """The owner of an idempotent run dies (SIGKILL in its handler); the remote takes it over, and
+    the answer to its takeover's COMMIT is lost. The remote reads the row back on its next tick,
+    finds its own token, and runs the second attempt at once -- not a lease later, after the row
+    it owns without knowing expired again (sequence 2, not 3)."""
+    engine = server_engine
+    task = TaskSpec("victim", "* * * * *", idempotent=True)
+    register(engine, [task])
+    minute = enter_minute(engine, seconds_into=5)
+    doomed = spawn_fault_node(server_database.url, "doomed", events, {"lease_ms": LEASE_MS},
+                              env={"HAI_FAULT_KILL_AT": "in_handler", "HAI_FAULT_TASK": task.id}, clock=engine)
+    proxy = TcpProxy.for_url(server_database.url)
+    remote = None
+    try:
+        wait_for(lambda: doomed.poll() is not None, "the owner to be killed in its handler", allow_exit=True)
+        sprung = proxy.drop_reply_to_next_commit(_transaction_with("takeover"))
+        remote = spawn_fault_node(proxy.url(server_database.url), REMOTE, events,
+                                  {"lease_ms": CLAIM_RETRY_LEASE_MS, "trace": True, "connect_timeout_ms": 2000},
+                                  clock=engine)
+        wait_for(sprung.is_set, "the takeover trap to spring", [remote])
+        first = wait_for(lambda: (found := occurrence(engine, task.id, minute)) is not None
+                         and found.status != "running" and found, "the occurrence to settle", [remote])
+        tried = [(a.node_id, a.sequence, a.status) for a in first.attempts]
+        assert (first.status, first.sequence, first.owner_node) == ("success", 2, REMOTE), tried
+        assert tried == [("doomed", 1, "unknown"), (REMOTE, 2, "success")]
+        stop_nodes([remote])
+        assert check_database(engine, Window(minute, minute), [task], read_effects(events)) == []
+    finally:
+        proxy.close()
+        stop_nodes([p for p in (remote, doomed) if p is not None])
 
 
 @pytest.mark.parametrize(("case", "idempotent"), CASES, ids=[f"{c}-{'idempotent' if i else 'plain'}" for c, i in CASES])
@@ -103,7 +140,7 @@ def test_database_link_faults(case: str, idempotent: bool, server_database: Test
     task = TaskSpec("victim", "* * * * *", idempotent=idempotent)
     register(engine, [task])
     minute = enter_minute(engine, seconds_into=5)
-    lease_ms = CLAIM_RETRY_LEASE_MS if case == "lost_claim_ack" else LEASE_MS
+    lease_ms = CLAIM_RETRY_LEASE_MS if case in ("lost_claim_ack", "lost_renew_ack") else LEASE_MS
     proxy = TcpProxy.for_url(server_database.url)
     sprung = proxy.drop_reply_to_next_commit(_transaction_with(TRAPS[case])) if case in TRAPS else None
     remote = spawn_fault_node(proxy.url(server_database.url), REMOTE, events,
@@ -129,6 +166,12 @@ def test_database_link_faults(case: str, idempotent: bool, server_database: Test
             assert (final.executions, final.slots, final.logs) == (settled.executions, settled.slots, settled.logs)
         if case == "lost_finish_ack":
             assert first.log_persistence in ("pending", "persisted")  # persisted: logs were in the same COMMIT
+        if case in ("lost_begin_ack", "lost_finish_ack"):  # written again once the database answered
+            counts = [e["rowcount"] for e in read_events(events)
+                      if e["kind"] == "write" and e["node"] == REMOTE and e["what"] == TRAPS[case]]
+            assert len(counts) >= 2, f"the {TRAPS[case]} whose answer was lost was not written again: {counts}"
+            if case == "lost_finish_ack":
+                assert counts[-1] == 0, counts  # the first had landed: written again, it changed nothing
         window = Window(minute, minute)
         effects = read_effects(events)
         assert check_database(engine, window, [task], effects) == []

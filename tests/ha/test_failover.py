@@ -94,33 +94,27 @@ def test_three_sigkills_in_a_row(ha_cluster: Cluster) -> None:
     assert all(d.first_handler_after_s is not None for d in report.disturbances)
 
 
-# Known product failures (issue #31, open): each run still runs and prints its figures.
-OUTAGE_LOSES_RUNS = ("issue #31, open: a terminal commit or a begin that fails while there is no primary is abandoned "
-                     "(scheduler_core/runtime/runner.py: _after_finish / _settle give up and stop renewing; a begin's "
-                     "connection error crashes the runner), so the row waits for its lease and is settled as for a "
-                     "dead owner: unknown, interrupted or taken over, though the node knew the outcome")
-
-
-@pytest.mark.xfail(reason=OUTAGE_LOSES_RUNS + "; and pg_auto_failover 2.0 can itself lose acknowledged commits in a "
-                   "switchover (hapostgres/pg_auto_failover#774)", strict=False)
 def test_planned_switchover(ha_cluster: Cluster) -> None:
     report = _scenario(ha_cluster, "switchover", ["switchover"])
     (switch,) = report.disturbances
     assert switch.new_primary != switch.old_primary
-    # The premise of every promise here: the database loses no commit it acknowledged.
-    assert switch.async_window_s is None, (
-        f"not the scheduler: the HA topology lost acknowledged commits. pg_auto_failover's monitor sent the old "
-        f"primary {switch.old_primary} to wait_primary (synchronous replication off) instead of draining when the "
-        f"switchover began, and it kept acknowledging commits for {switch.async_window_s:.0f} s until its demotion; "
-        f"pg_rewind then discarded them (hapostgres/pg_auto_failover#774, in Debian's pg_auto_failover 2.0). What "
-        f"the oracle made of the journal that survived:\n" + "\n".join(report.problems))
+    # The premise of every promise here: the database loses no commit it acknowledged. When the
+    # topology broke it (an upstream bug, not ours), this run proves nothing about the scheduler:
+    # it is reported as an expected failure with the evidence, never as a pass.
+    if switch.async_window_s is not None:
+        pytest.xfail(
+            f"not the scheduler: the HA topology lost acknowledged commits. pg_auto_failover's monitor sent the old "
+            f"primary {switch.old_primary} to wait_primary (synchronous replication off) instead of draining when the "
+            f"switchover began, and it kept acknowledging commits for {switch.async_window_s:.0f} s until "
+            f"its demotion; pg_rewind then discarded them (hapostgres/pg_auto_failover#774, in Debian's "
+            f"pg_auto_failover 2.0). What "
+            f"the oracle made of the journal that survived:\n" + "\n".join(report.problems))
     _judged(report)
     # Well under a second without a writable primary, against an 8 s lease: nothing may be lost to it.
     assert switch.unwritable_s is not None and switch.unwritable_s * 1000 < LEASE_MS / 3, switch
     _no_casualties(report, switch, LEASE_MS)
 
 
-@pytest.mark.xfail(reason=OUTAGE_LOSES_RUNS + " (the clock jump itself is detected and costs no lease)", strict=False)
 def test_failover_to_a_standby_whose_clock_is_5s_ahead(ha_cluster_factory: Callable[..., Cluster]) -> None:
     cluster = ha_cluster_factory(standby_faketime="+5s")
     assert cluster.primary().name == "node1" and cluster.standby().faketime == "+5s"
@@ -188,9 +182,6 @@ def _row(row: dict[str, Any], back: float | None = None, starts: list[tuple[floa
     return text
 
 
-@pytest.mark.xfail(reason="issue #31, open: every failed tick logs a traceback, five times a second, with no back-off "
-                   "(scheduler_core/runtime/node.py: Node.tick), and a begin's connection error crashes its runner",
-                   strict=False)
 def test_the_node_logs_say_an_outage_without_tracebacks() -> None:
     """The issue: while there is no primary, nodes back off and say so once in the log. A
     traceback per failed tick, or a runner that "failed unexpectedly", is not that."""

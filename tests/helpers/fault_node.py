@@ -75,8 +75,9 @@ def statement_kind(statement: str) -> str | None:
     """What a statement does to the journal, by table and statement kind.
 
     ``claim`` (INSERT INTO executions), ``finish`` (UPDATE executions setting status),
-    ``begin`` (UPDATE executions setting the attempts, not status), ``renew`` (UPDATE
-    executions setting only lease_until), ``projection`` (INSERT INTO logs).
+    ``begin`` (UPDATE executions setting the attempts, not status), ``takeover`` (UPDATE
+    executions setting the sequence: a new owner), ``renew`` (UPDATE executions setting only
+    lease_until), ``projection`` (INSERT INTO logs).
     """
     inserted = _INSERT_INTO.match(statement)
     if inserted:
@@ -89,6 +90,8 @@ def statement_kind(statement: str) -> str | None:
         return "finish"
     if "attempts" in columns:
         return "begin"
+    if "sequence" in columns:
+        return "takeover"
     if columns == {"lease_until"}:
         return "renew"
     return None

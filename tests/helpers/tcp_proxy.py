@@ -198,6 +198,7 @@ class TcpProxy:
         self.flowing = threading.Event()
         self.flowing.set()
         self.refusing = False
+        self.refused = 0  # connections closed at once while refusing
         self.commits: list[_Commit] = []
         self._links: list[_Link] = []
         self._traps: list[_Trap] = []
@@ -297,6 +298,7 @@ class TcpProxy:
             except (TimeoutError, OSError):
                 continue
             if self.refusing:
+                self.refused += 1
                 client.close()
                 continue
             try:
