@@ -277,10 +277,9 @@ class TaskForm:
 
 
 def _integer(text: str) -> int | None:
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    """ASCII digits only, as every other number on the dashboard's forms (``int()`` would also
+    take "+5", "1_000" and "٣")."""
+    return whole_number(text)
 
 
 def _json_text(value: Any) -> str:

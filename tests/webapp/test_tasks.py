@@ -268,8 +268,11 @@ def test_create_api_task_masks_its_secrets_everywhere(app: Flask, client: FlaskC
         ({"timeout": "soon"}, "timeout", "whole milliseconds"),
         ({"retry_max_attempts": "0"}, "retry_max_attempts", "between 1 and 100"),
         ({"retry_max_attempts": "two"}, "retry_max_attempts", "whole number"),
-        ({"retry_max_attempts": "3", "retry_backoff": "1000, -5"}, "retry_backoff",
-         "must be an integer between 0 and 86400000"),
+        ({"retry_max_attempts": "+5"}, "retry_max_attempts", "whole number"),  # ASCII digits only, as elsewhere
+        ({"retry_max_attempts": "٣"}, "retry_max_attempts", "whole number"),
+        ({"retry_max_attempts": "3", "retry_backoff": "1_000"}, "retry_backoff", "is not a number of milliseconds"),
+        ({"timeout": "+30000"}, "timeout", "whole milliseconds"),
+        ({"retry_max_attempts": "3", "retry_backoff": "1000, -5"}, "retry_backoff", "is not a number of milliseconds"),
         ({"retry_backoff": "1s"}, "retry_backoff", "is not a number of milliseconds"),
         ({"kind": "ftp"}, "kind", "Choose api or hook"),
         ({"headers": "X-Api-Key: ***"}, "headers", "is masked (***): type the value again"),
