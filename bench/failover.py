@@ -15,6 +15,9 @@ sigkill-boundary    the same, 2 s before the second minute begins: that minute f
                     there is no primary
 switchover          ``pg_autoctl perform switchover`` once 8 handlers run
 clock-ahead         the standby's clock 5 s ahead (libfaketime), the primary SIGKILLed; lease 45 s
+async-sigkill       sigkill on a formation whose standby is asynchronous (replication-quorum
+                    false): commits the primary acknowledged may be lost in the failover, and a
+                    lost claim may run an occurrence twice (issue #31, part 5)
 ==================  ==========================================================================
 
 Per scenario it prints: how long no primary took writes, the time from the primary's death (or
@@ -24,7 +27,7 @@ ran, missed, caught up, skipped, unknown, interrupted, takeovers, duplicate runs
 non-idempotent tasks, idempotent occurrences run again, and lost occurrences (no journal row,
 or left running) -- the oracle's verdict.
 
-    .venv/bin/python bench/failover.py                                  # every scenario, ~15 min
+    .venv/bin/python bench/failover.py                                  # every scenario, ~20 min
     .venv/bin/python bench/failover.py --scenario none --scenario sigkill-boundary --json
 """
 
@@ -50,7 +53,7 @@ from tests.ha.scenario import (  # noqa: E402
     switch_over,
 )
 
-SCENARIOS = ("none", "sigkill", "sigkill-boundary", "switchover", "clock-ahead")
+SCENARIOS = ("none", "sigkill", "sigkill-boundary", "switchover", "clock-ahead", "async-sigkill")
 LEASE_MS = 8_000
 CLOCK_LEASE_MS = 45_000
 
@@ -59,7 +62,7 @@ def run_one(cluster: Cluster, name: str, workdir: Path, lease_ms: int) -> tuple[
     run = FailoverRun(cluster, name, workdir / name, lease_ms=CLOCK_LEASE_MS if name == "clock-ahead" else lease_ms)
     try:
         run.start()
-        if name in ("sigkill", "clock-ahead"):
+        if name in ("sigkill", "clock-ahead", "async-sigkill"):
             run.disturb("kill", lambda: kill_and_fail_over(cluster))
         elif name == "sigkill-boundary":
             run.disturb_at(run.minutes[1] - 2_000, "kill", lambda: kill_and_fail_over(cluster))
@@ -134,6 +137,8 @@ def show(name: str, f: dict[str, Any]) -> None:
           f"interrupted {f['interrupted']}, takeovers {f['takeovers']}")
     print(f"   duplicates (non-idempotent) {f['duplicates']}, idempotent run again {f['idempotent_repeats']}, "
           f"lost {f['lost']}, oracle problems {len(f['oracle_problems'])}")
+    print(f"   receiver: {f['requests']} requests for {f['request_keys']} Idempotency-Keys (at most "
+          f"{f['max_requests_per_key']} per key; a receiver that honours the key acts once per key)")
     for problem in f["oracle_problems"][:10]:
         print(f"     {problem}")
 
@@ -156,8 +161,10 @@ def main() -> None:
     began = time.monotonic()
     try:
         for name in chosen:
-            if name == "clock-ahead":
-                with Cluster(standby_faketime="+5s", verbose=False) as cluster:
+            if name in ("clock-ahead", "async-sigkill"):
+                own = Cluster(standby_faketime="+5s", verbose=False) if name == "clock-ahead" else \
+                    Cluster(synchronous=False, verbose=False)
+                with own as cluster:
                     run, report = run_one(cluster, name, workdir, args.lease_ms)
             else:
                 if shared is None:
