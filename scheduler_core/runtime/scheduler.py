@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -13,7 +14,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.cron import manual_occurrence_id, new_occurrence_id
 from scheduler_core.db import migration_state, pool_capacity, prepare_engine, upgrade
-from scheduler_core.db.outage import Outage
+from scheduler_core.db.outage import Backoff, Outage, is_unreachable
 from scheduler_core.errors import (
     AlreadyRunningError,
     ConfigError,
@@ -39,6 +40,7 @@ from scheduler_core.statuses import Trigger
 from scheduler_core.store import (
     ClaimOutcome,
     ClaimRequest,
+    ClaimResult,
     ExecutionRepository,
     LogRepository,
     NodeInfo,
@@ -50,6 +52,8 @@ from scheduler_core.store.retention import PruneResult
 from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
 TRIGGER_POLL_S = 0.2
+CLAIM_ANSWER_S = 15.0  # how long a manual claim the database did not answer is asked again
+_pause = threading.Event().wait
 RESERVED_CONNECTIONS = 4  # the tick's held line and its pooled work, lease keeper, one trigger()/operator caller
 
 
@@ -365,13 +369,32 @@ class Scheduler:
         if not ctx.can_run(task):
             self._hand_off(ctx, task, request)
             return occurrence_id, None
-        (result,) = ctx.executions.claim([request])
+        result = self._claim_until_answered(ctx, request)
         if result.outcome != ClaimOutcome.CLAIMED:
             return occurrence_id, None
         runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token, None, [],
                                        reread=True))
         ctx.register_runner(runner)  # before it runs: close() waits for it from now on
         return occurrence_id, runner
+
+    @staticmethod
+    def _claim_until_answered(ctx: RuntimeContext, request: ClaimRequest) -> ClaimResult:
+        """The claim; asked again with the same token while the database does not answer (for up
+        to ``CLAIM_ANSWER_S``), so that a claim whose COMMIT landed but whose answer was lost is
+        recognised as ours and run (docs/semantics.md S6) rather than left to expire."""
+        backoff, deadline = Backoff(0.1, 2.0), time.monotonic() + CLAIM_ANSWER_S
+        while True:
+            try:
+                (result,) = ctx.executions.claim([request])
+            except Exception as exc:
+                if not is_unreachable(exc) or time.monotonic() >= deadline:
+                    raise
+                ctx.outage.failed(exc)
+                request = replace(request, retry=True)
+                _pause(min(backoff.next(), max(0.0, deadline - time.monotonic())))
+                continue
+            ctx.outage.answered()
+            return result
 
     def repeated_occurrence(self, task_id: str, idempotency_key: str | None) -> str | None:
         """The journaled occurrence a manual trigger of ``task_id`` with ``idempotency_key`` would

@@ -233,3 +233,25 @@ def test_a_wave_whose_sending_mark_was_not_answered_is_not_sent_and_goes_back(
         reach.close()
     finally:
         receiver.close()
+
+
+def test_a_manual_claim_whose_answer_was_lost_is_recognised_and_run(server_engine: Engine, proxied: Engine,
+                                                                    proxy: TcpProxy, tmp_path: Path) -> None:
+    """``trigger()``'s claim COMMIT lands and its answer is lost: the claim is asked again with the
+    same token, found to be this node's own, and run -- once; not an error for an occurrence that
+    then waits for its lease to expire."""
+    events = tmp_path / "events.jsonl"
+    node = Scheduler(proxied, SchedulerConfig(node_id="node-a"), hooks=recording_hooks(events, "node-a"))
+    node.init()
+    try:
+        node.register(TaskDefinition(id="report", name="Report", cron="0 0 1 1 *"))
+        sprung = proxy.drop_reply_to_next_commit(
+            lambda statements: any(s.lstrip().upper().startswith("INSERT INTO EXECUTIONS") for s in statements))
+        log = node.trigger("report", idempotency_key="k")
+        assert sprung.is_set(), "the claim's answer was not dropped"
+    finally:
+        node.close()
+    assert (log.status, log.sequence) == ("success", 1), log
+    (row,) = read_journal(server_engine).executions
+    assert (row["status"], row["owner_node"]) == ("success", "node-a")
+    assert len(read_effects(events)) == 1
