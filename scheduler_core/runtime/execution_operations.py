@@ -248,8 +248,6 @@ class ExecutionOperations:
         check_optional_text(resolved_by, "resolved_by", ID_MAX, single_line=True)
         check_optional_text(reason, "reason", REASON_MAX)
         execution = self.get(occurrence_id)
-        if _resolved_as(execution, verdict, resolved_by, reason):
-            return execution  # asked again (its answer was lost?): the row already says so
         if execution.status != ExecutionStatus.UNKNOWN:
             raise ConflictError(f"execution {occurrence_id!r} is {execution.status}, not unknown",
                                 occurrence_id=occurrence_id)
@@ -329,6 +327,8 @@ class ExecutionOperations:
 
 
 def _resolved_as(execution: Execution, verdict: str, resolved_by: str | None, reason: str | None) -> bool:
-    """The row already holds this resolution, by this operator, for this reason (a repeat)."""
+    """The row holds this resolution, by this operator, for this reason: read back after a lost
+    answer, it is this call's own write. (Not asked of a fresh call: of concurrent identical
+    resolutions exactly one wins, the others are told what the row became.)"""
     return (execution.status == verdict and execution.resolved_by == resolved_by
             and execution.resolution_reason == reason)

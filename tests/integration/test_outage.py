@@ -23,6 +23,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.db import close_engine, create_engine
+from scheduler_core.errors import ConflictError
 from scheduler_core.model import ExecutionLog
 from scheduler_core.reach import Reach
 from scheduler_core.store.transactions import is_unreachable, write
@@ -173,7 +174,7 @@ def test_a_resolution_whose_answer_was_lost_is_read_back(server_engine: Engine, 
                                                           proxy: TcpProxy) -> None:
     """An operator resolves an unknown execution and the answer to its COMMIT is lost: the call
     reads the row once the database answers and reports the resolution it holds, instead of an
-    error that invites a second try; and a second try of the same resolution is answered alike."""
+    error that invites a second try (which would be told the row is no longer unknown)."""
     node = Scheduler(proxied, SchedulerConfig(node_id="dashboard", tick_interval_ms=TICK_MS))
     node.init()
     try:
@@ -185,8 +186,8 @@ def test_a_resolution_whose_answer_was_lost_is_read_back(server_engine: Engine, 
         resolved = node.execution.resolve_unknown(occurrence, "success", unknown.updated_at, "ops", "checked")
         assert sprung.is_set(), "the resolution's COMMIT answer was not dropped"
         assert (resolved.status, resolved.resolved_by, resolved.resolution_reason) == ("success", "ops", "checked")
-        again = node.execution.resolve_unknown(occurrence, "success", unknown.updated_at, "ops", "checked")
-        assert again == resolved
+        with pytest.raises(ConflictError, match="is success, not unknown"):  # compare-and-set: asked again, told why
+            node.execution.resolve_unknown(occurrence, "success", unknown.updated_at, "ops", "checked")
     finally:
         node.close()
 
