@@ -92,3 +92,13 @@ def test_the_command_line_synopsis_matches_the_parser() -> None:
         text = _help(command)
         for option in re.findall(r"--[a-z-]+", line):
             assert option in text, f"{' '.join(command)} has no {option}"
+
+
+def test_the_task_file_field_list_is_every_declared_field() -> None:
+    """README's "Tasks as code" names the fields a task file takes: exactly the declared ones
+    (a field added to TaskDefinition and left out of the README fails here)."""
+    from scheduler_core.runtime.task_files import FILE_FIELDS
+
+    listed = re.search(r"Each entry has the fields of `TaskDefinition` a user declares \((.*?)\)", README, re.DOTALL)
+    assert listed, "the README's task-file field list is gone"
+    assert re.findall(r"`(\w+)`", listed.group(1)) == list(FILE_FIELDS)
