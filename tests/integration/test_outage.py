@@ -256,3 +256,29 @@ def test_a_manual_claim_whose_answer_was_lost_is_recognised_and_run(server_engin
     (row,) = read_journal(server_engine).executions
     assert (row["status"], row["owner_node"]) == ("success", "node-a")
     assert len(read_effects(events)) == 1
+
+
+def test_a_settlement_whose_answer_was_lost_is_read_back(server_engine: Engine, proxied: Engine,
+                                                         proxy: TcpProxy) -> None:
+    """The COMMIT of a wave's settlement lands and its answer is lost: written again it reaches no
+    row (the first cleared their tokens), so the rows are read back, found as decided (sent, this
+    provider's message id), and the round reports the message sent, not lost."""
+    receiver = RecordingServer()
+    try:
+        config = {"providers": [{"name": "hook", "type": "api", "url": receiver.url("/ok"), "idempotent": False}],
+                  "dnd": {**_window_around_now(), "strategy": "delay"}}
+        reach = Reach(proxied, config, node_id="test-node")
+        reach.init()
+        queue_id = reach.send({"provider": "hook", "to": "u", "body": "b"}).queue_id
+        assert queue_id is not None
+        set_clock_offset(proxied, clock_offset(proxied) + 2 * 3_600_000)  # past the window
+        settles = re.compile(r"^\s*UPDATE\s+reach_queue\s+SET\s.*\blast_error\s*=", re.IGNORECASE | re.DOTALL)
+        sprung = proxy.drop_reply_to_next_commit(lambda statements: any(settles.match(s) for s in statements))
+        report = reach.run_round()
+        assert sprung.is_set(), "the settlement's answer was not dropped"
+        assert (report.sent, report.lost) == (1, 0), report
+        entry = reach.queue.get(queue_id)
+        assert entry is not None and entry.status == "sent" and len(receiver.requests) == 1
+        reach.close()
+    finally:
+        receiver.close()
