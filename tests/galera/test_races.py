@@ -1,0 +1,89 @@
+"""Races across Galera nodes (issue #33, part 1): the same decision asked of two Galera nodes at once.
+
+Each side is a scheduler on its own Galera node. A row lock taken on one node does not stop a
+write on the other: the loser learns at COMMIT (certification, 1213), and a read on one node may
+not yet see what the other committed unless the session asks for causal reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core.db import close_engine, create_engine
+from tests.galera.cluster import GaleraCluster
+from tests.helpers.fault_cluster import recording_hooks
+from tests.helpers.oracle import read_effects, read_journal
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+ROUNDS = 20
+
+
+@pytest.fixture
+def pair(galera: GaleraCluster, tmp_path: Path) -> Iterator[tuple[Scheduler, Scheduler, Path]]:
+    """Two schedulers (not started: triggers only), on Galera nodes 1 and 2, in a fresh database."""
+    database = f"races_{tmp_path.name[-12:].replace('-', '_')}"
+    with galera.connect(0) as conn, conn.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {database}")
+    engines = [create_engine(galera.url(i, database)) for i in (0, 1)]
+    events = tmp_path / "events.jsonl"
+    nodes = [Scheduler(engine, SchedulerConfig(node_id=f"side-{i}"), hooks=recording_hooks(events, f"side-{i}"))
+             for i, engine in enumerate(engines)]
+    nodes[0].init()  # migrates through Galera node 1
+    nodes[1].init()
+    try:
+        yield nodes[0], nodes[1], events
+    finally:
+        for node in nodes:
+            node.close()
+        for engine in engines:
+            close_engine(engine)
+
+
+def _at_once(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run the calls on their own threads, released together; each one's result or exception."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+def test_one_idempotency_key_sent_to_two_galera_nodes_at_once_runs_once(
+        pair: tuple[Scheduler, Scheduler, Path], galera: GaleraCluster) -> None:
+    a, b, events = pair
+    a.register(TaskDefinition(id="report", name="Report", cron="0 0 1 1 *"))
+    problems = []
+    for round_ in range(ROUNDS):
+        key = f"key-{round_}"
+        results = _at_once([lambda k=key: a.trigger("report", idempotency_key=k),  # type: ignore[misc]
+                            lambda k=key: b.trigger("report", idempotency_key=k)])  # type: ignore[misc]
+        errors = [r for r in results if isinstance(r, Exception)]
+        if errors:
+            problems.append(f"round {round_}: {[f'{type(e).__name__}: {e}' for e in errors]}")
+            continue
+        ids = {r.occurrence_id for r in results}
+        if len(ids) != 1 or {r.status for r in results} != {"success"}:
+            problems.append(f"round {round_}: {[(r.occurrence_id[:8], r.status) for r in results]}")
+    journal = read_journal(a.engine)
+    effects = read_effects(events)
+    print(f"[galera] {ROUNDS} rounds: {len(journal.executions)} journal rows, {len(effects)} handler runs; "
+          f"problems: {problems}")
+    assert len(journal.executions) == ROUNDS and len(effects) == ROUNDS
+    assert problems == []
