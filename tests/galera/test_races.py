@@ -7,7 +7,9 @@ not yet see what the other committed unless the session asks for causal reads.
 
 from __future__ import annotations
 
+import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,12 +18,17 @@ import pytest
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.db import close_engine, create_engine
+from scheduler_core.reach import Reach
+from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.galera.cluster import GaleraCluster
 from tests.helpers.fault_cluster import recording_hooks
+from tests.helpers.http_server import RecordingServer
 from tests.helpers.oracle import read_effects, read_journal
+from tests.integration.test_reach_service import _window_around_now
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROUNDS = 20
+MESSAGES = 200
 
 
 @pytest.fixture
@@ -87,3 +94,41 @@ def test_one_idempotency_key_sent_to_two_galera_nodes_at_once_runs_once(
           f"problems: {problems}")
     assert len(journal.executions) == ROUNDS and len(effects) == ROUNDS
     assert problems == []
+
+
+def test_two_queue_senders_on_two_galera_nodes_send_each_message_once(galera: GaleraCluster, tmp_path: Path) -> None:
+    """The notification queue with a sender on each of two Galera nodes, rounds back to back at
+    the same time: every message ends ``sent`` and reached the (plain, non-idempotent) receiver once."""
+    database = f"queue_{tmp_path.name[-12:].replace('-', '_')}"
+    with galera.connect(0) as conn, conn.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {database}")
+    receiver = RecordingServer()
+    engines = [create_engine(galera.url(i, database)) for i in (0, 1)]
+    config = {"providers": [{"name": "hook", "type": "api", "url": receiver.url("/ok"), "idempotent": False}],
+              "dnd": {**_window_around_now(), "strategy": "delay"}}
+    senders = [Reach(engine, config, node_id=f"sender-{i}") for i, engine in enumerate(engines)]
+    try:
+        admin = Scheduler(engines[0], SchedulerConfig(node_id="admin"))
+        admin.init()  # the schema
+        admin.close()
+        for sender in senders:
+            sender.init()
+        ids = [senders[0].send({"provider": "hook", "to": "u", "body": f"message {i}"}).queue_id
+               for i in range(MESSAGES)]
+        for engine in engines:
+            set_clock_offset(engine, clock_offset(engine) + 2 * 3_600_000)  # past the window
+        reports = _at_once([lambda s=s: [s.run_round() for _ in range(6)] for s in senders])  # type: ignore[misc]
+        assert not [r for r in reports if isinstance(r, Exception)], reports
+        statuses = Counter(senders[0].queue.get(q).status for q in ids)  # type: ignore[union-attr]
+        bodies = Counter(json.loads(r.body)["body"] for r in receiver.requests)
+        sent_by = [sum(report.sent for report in rounds) for rounds in reports]
+        print(f"[galera] {MESSAGES} messages: {dict(statuses)}; sent by each sender {sent_by}; "
+              f"{len(receiver.requests)} requests for {len(bodies)} messages")
+        assert statuses == {"sent": MESSAGES}
+        assert len(bodies) == MESSAGES and max(bodies.values()) == 1
+    finally:
+        for sender in senders:
+            sender.close()
+        for engine in engines:
+            close_engine(engine)
+        receiver.close()
