@@ -23,6 +23,7 @@ from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.galera.cluster import GaleraCluster
 from tests.helpers.fault_cluster import recording_hooks
 from tests.helpers.http_server import RecordingServer
+from tests.helpers.journal import abandon_running_execution, wait_for_status
 from tests.helpers.oracle import read_effects, read_journal
 from tests.integration.test_reach_service import _window_around_now
 
@@ -132,3 +133,25 @@ def test_two_queue_senders_on_two_galera_nodes_send_each_message_once(galera: Ga
         for engine in engines:
             close_engine(engine)
         receiver.close()
+
+
+def test_a_resolution_raced_on_two_galera_nodes_is_won_once(pair: tuple[Scheduler, Scheduler, Path]) -> None:
+    """Two operators resolve the same unknown execution at the same instant through two Galera
+    nodes: the compare-and-set holds across the cluster (one wins, the other is told it changed)."""
+    a, b, _ = pair
+    a.register(TaskDefinition(id="report", name="Report", cron="0 0 1 1 *"))
+    outcomes: Counter[str] = Counter()
+    for round_ in range(ROUNDS // 2):
+        occurrence = abandon_running_execution(a.engine, "report", started=True, lease_ms=300)
+        a.start()
+        unknown = wait_for_status(a, occurrence, "unknown")
+        a.stop()
+        verdicts = ("success", "discarded") if round_ % 2 else ("discarded", "success")
+        version = unknown.updated_at
+        results = _at_once([lambda s=s, v=v, o=occurrence, u=version: s.execution.resolve_unknown(  # type: ignore[misc]
+            o, v, u, s.config.node_id, "raced") for s, v in zip((a, b), verdicts, strict=True)])
+        outcomes.update("won" if not isinstance(r, Exception) else type(r).__name__ for r in results)
+        final = b.execution.get(occurrence)
+        winners = [r for r in results if not isinstance(r, Exception)]
+        assert len(winners) == 1 and final.status == winners[0].status, (results, final)
+    print(f"[galera] raced resolutions: {dict(outcomes)}")
