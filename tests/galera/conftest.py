@@ -8,36 +8,30 @@ run them as a step of their own (``pytest tests/galera``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.galera.cluster import GaleraCluster, unavailable_reason
+from tests.helpers import topology_suite as suite
 
 HERE = Path(__file__).resolve().parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "galera: starts a real MariaDB Galera Cluster (tests/galera); left out of the main run "
-        "with -m 'not galera', run on its own with pytest tests/galera")
+    suite.register(config, "galera", "starts a real MariaDB Galera Cluster (tests/galera); left out of the main "
+                   "run with -m 'not galera', run on its own with pytest tests/galera")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:  # this hook sees the whole session's items: mark only ours
-        if HERE in Path(str(item.path)).resolve().parents:
-            item.add_marker(pytest.mark.galera)
+    suite.mark_directory(items, HERE, "galera")
 
 
 def require_galera() -> None:
     problem = unavailable_reason()
-    if problem is None:
-        return
-    if "galera" in {n.strip() for n in os.environ.get("HAI_TEST_REQUIRE", "").split(",")}:
-        pytest.fail(f"{problem} (required by HAI_TEST_REQUIRE)")
-    pytest.skip(problem)
+    if problem is not None:
+        suite.unavailable(problem, "galera")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ them out (``-m "not ha"``) and run them as a step of their own (``pytest tests/h
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,27 +16,18 @@ from typing import Any
 import pytest
 
 from tests.ha.cluster import Cluster, faketime_library, unavailable_reason
+from tests.helpers import topology_suite as suite
 
 HERE = Path(__file__).resolve().parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "ha: starts a real highly available PostgreSQL (pg_auto_failover, tests/ha); "
-        "left out of the main run with -m 'not ha', run on its own with pytest tests/ha")
+    suite.register(config, "ha", "starts a real highly available PostgreSQL (pg_auto_failover, tests/ha); "
+                   "left out of the main run with -m 'not ha', run on its own with pytest tests/ha")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:  # this hook sees the whole session's items: mark only ours
-        if HERE in Path(str(item.path)).resolve().parents:
-            item.add_marker(pytest.mark.ha)
-
-
-def _unavailable(problem: str) -> None:
-    required = {n.strip() for n in os.environ.get("HAI_TEST_REQUIRE", "").split(",")}
-    if "ha" in required:
-        pytest.fail(f"{problem} (required by HAI_TEST_REQUIRE)")
-    pytest.skip(problem)
+    suite.mark_directory(items, HERE, "ha")
 
 
 def require_ha(**options: Any) -> None:
@@ -46,7 +36,7 @@ def require_ha(**options: Any) -> None:
     if problem is None and options.get("standby_faketime") and not faketime_library():
         problem = "libfaketime is not installed (apt-get install faketime)"
     if problem:
-        _unavailable(problem)
+        suite.unavailable(problem, "ha")
 
 
 @pytest.fixture(scope="module")
