@@ -29,8 +29,9 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import __version__
 from scheduler_core.db import close_engine, create_engine, health_check, migration_state, upgrade
+from scheduler_core.db.galera import galera_node
 from scheduler_core.db.replication import replication_state
-from scheduler_core.errors import ReachError, SchedulerError
+from scheduler_core.errors import GaleraSettingError, ReachError, SchedulerError
 from scheduler_core.settings import Settings, likely_typos, read_settings
 
 NO_DATABASE = 4  # `db status`: the SQLite file does not exist (3: migrations are pending)
@@ -137,18 +138,22 @@ def _db_status(args: argparse.Namespace, settings: Settings) -> int:
         now_ms = health_check(engine)
         state = migration_state(engine)
         replication = replication_state(engine)
+        galera = galera_node(engine)
     finally:
         close_engine(engine)
     report = {
         "database": config.redacted(),
         "healthy": True,
         "replication": replication.to_json(),
+        "galera": None if galera is None else galera.to_json(),
         "database_clock": datetime.fromtimestamp(now_ms / 1000, UTC).isoformat(timespec="milliseconds"),
         "schema": {"current": state.current, "head": state.head, "up_to_date": state.up_to_date},
     }
     print(json.dumps(report, indent=2))
     if replication.warning:
         print(f"warning: {replication.warning}", file=sys.stderr)
+    if galera is not None and galera.problem:
+        print(f"error: {GaleraSettingError.code} {galera.problem}", file=sys.stderr)
     return 0 if state.up_to_date else 3
 
 

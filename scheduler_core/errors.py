@@ -142,6 +142,20 @@ class DatabaseConfigError(ConfigError):
     code, name = "hai:reldb:012", "CONFIG_ERROR"
 
 
+class GaleraSettingError(DatabaseError):
+    """A Galera node set up so that a scheduler rule cannot hold through it (the message names
+    the setting and the value it needs)."""
+
+    code, name = "hai:reldb:013", "GALERA_SETTING"
+
+
+class ClockSkewError(DatabaseError):
+    """The database clocks the scheduler nodes write through disagree by more than the tolerance
+    (Galera: each node has its own clock)."""
+
+    code, name = "hai:reldb:014", "CLOCK_SKEW"
+
+
 # --- conflicts, missing executions, skipped tasks (033+) ----------------------------
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from scheduler_core.db import galera
 from scheduler_core.db.clock import db_now_ms, to_ms
 from scheduler_core.db.config import DatabaseConfig, check_production_guard, parse_database_config
 from scheduler_core.errors import DatabaseCloseError, DatabaseConnectionError
@@ -236,6 +237,7 @@ def _mysql_on_connect(dbapi_connection: Any, connection_record: Any) -> None:
     try:
         cursor.execute("SET SESSION time_zone = '+00:00'")
         cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        connection_record.info["galera"] = galera.on_connect(cursor)
     finally:
         cursor.close()
     # PyMySQL runs with autocommit off; SET statements opened nothing to keep.

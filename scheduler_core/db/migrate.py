@@ -1,9 +1,13 @@
 """Schema migrations (Alembic) under a database-wide lock, so they are safe twice and from two
-processes at once: PostgreSQL ``pg_advisory_xact_lock``, MySQL ``GET_LOCK``, SQLite ``BEGIN
+processes at once: PostgreSQL ``pg_advisory_xact_lock``, MySQL ``GET_LOCK`` (on Galera, whose
+``GET_LOCK`` holds on one node only, a certified lock row: db/galera.py), SQLite ``BEGIN
 IMMEDIATE`` (docs/architecture.md, "The database layer")."""
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from scheduler_core.db.engine import dialect_kind
+from scheduler_core.db.galera import LockTimeoutError, cluster_lock, galera_node
 from scheduler_core.errors import DatabaseConnectionError, MigrationError
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -85,6 +90,15 @@ def upgrade(engine: Engine, revision: str = "head") -> MigrationState:
     return MigrationState(current=state.current, head=state.head, previous=previous)
 
 
+def _galera_locked(conn: Connection) -> Iterator[Connection]:
+    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    try:
+        with cluster_lock(conn.engine, _MYSQL_LOCK_NAME, holder, _MYSQL_LOCK_WAIT_S), conn.begin():
+            yield conn
+    except LockTimeoutError as exc:
+        raise MigrationError(f"another process held the migration lock for {_MYSQL_LOCK_WAIT_S} s") from exc
+
+
 def _current_revision(conn: Connection) -> str | None:
     return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
@@ -103,6 +117,10 @@ def _migration_lock(engine: Engine) -> Iterator[Connection]:
 
 
 def _mysql_locked(conn: Connection) -> Iterator[Connection]:
+    if galera_node(conn) is not None:  # GET_LOCK holds on one Galera node only
+        conn.rollback()
+        yield from _galera_locked(conn)
+        return
     got = conn.execute(text("SELECT GET_LOCK(:name, :wait)"),
                        {"name": _MYSQL_LOCK_NAME, "wait": _MYSQL_LOCK_WAIT_S}).scalar()
     conn.commit()

@@ -11,6 +11,7 @@ from scheduler_core.db.outage import Outage
 from scheduler_core.executors import CancelSignal, ExecutorRegistry
 from scheduler_core.model import Execution, TaskDefinition
 from scheduler_core.runtime.batching import OwnerWrites
+from scheduler_core.runtime.clock_skew import SkewWatch
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.leases import DbClockEstimate, LeaseKeeper
 from scheduler_core.store import ExecutionRepository, LogRepository, NodeRepository, TaskRepository
@@ -59,6 +60,7 @@ class RuntimeContext:
         self.clock = DbClockEstimate()
         # Seconds without a primary: said once, on /healthz and in health(), by every part alike.
         self.outage = outage or Outage(f"node {config.node_id}")
+        self.skew: SkewWatch | None = None  # Galera only: the other nodes' database clocks (runtime/clock_skew.py)
         self.leases = LeaseKeeper(executions, config.renew_interval_ms, config.lease_ms, self.outage)
         self.writes = OwnerWrites(executions, logs)  # group commits of begins and terminal commits
         self.forget_task = forget_task

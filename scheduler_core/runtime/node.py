@@ -73,7 +73,8 @@ class Node:
         self._run_seconds = 0.0  # moving average of how long a run holds a pool thread (0: none yet)
         self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
         beat = ctx.config.heartbeat_interval_ms
-        self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000)  # which due occurrences it claims first
+        # which due occurrences it claims first (and, on Galera, whose database clock is ahead)
+        self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000, ctx.skew)
         self._recovery = ExpiryRecovery(ctx, self.planner, self._free_capacity, self._submit)
         self._clock_watch = ClockWatch(jump_tolerance_ms(ctx.config.lease_ms))  # runtime/clock_watch.py
         self._queued = QueuedClaims(ctx, self.planner, self._runnable, self._free_capacity, self._submit)

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.cron import manual_occurrence_id, new_occurrence_id
 from scheduler_core.db import migration_state, pool_capacity, prepare_engine, upgrade
+from scheduler_core.db.galera import check_galera
 from scheduler_core.db.outage import Backoff, Outage, is_unreachable
 from scheduler_core.errors import (
     AlreadyRunningError,
@@ -29,6 +30,8 @@ from scheduler_core.errors import (
 )
 from scheduler_core.executors import Executor, ExecutorRegistry
 from scheduler_core.model import UPDATABLE_FIELDS, ExecutionLog, TaskDefinition, validate_task
+from scheduler_core.runtime.clock_skew import SkewWatch
+from scheduler_core.runtime.clock_watch import jump_tolerance_ms
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import ExecutionOperations, check_log_filter
 from scheduler_core.runtime.hooks import Hooks
@@ -133,6 +136,7 @@ class Scheduler:
     def _init(self) -> None:
         prepare_engine(self._engine)
         self._check_pool()
+        galera = check_galera(self._engine)  # a Galera node set up against a rule: GaleraSettingError
         self._migrate()
         tasks_repo = TaskRepository(self._engine)
         tasks_repo.declare(self._validated_declared())
@@ -141,6 +145,8 @@ class Scheduler:
                              self._hooks, self._forget, self.outage)
         self._load_snapshot(tasks_repo)
         ctx.clock.observe(tasks_repo.tick_snapshot().now_ms)
+        if galera is not None:  # each Galera node has its own clock: runtime/clock_skew.py
+            ctx.skew = SkewWatch(self._config.node_id, jump_tolerance_ms(self._config.lease_ms))
         ctx.leases.start()
         self._ctx = ctx
 
@@ -186,6 +192,9 @@ class Scheduler:
             ctx = self.context()
             if self._node is not None:
                 raise AlreadyRunningError("the scheduler is already running")
+            if ctx.skew is not None:  # Galera: the other nodes' database clocks, measured first
+                beat = self._config.heartbeat_interval_ms  # (a node behind looks older: a wider window)
+                ctx.skew.refuse(ctx.skew.measure(lambda: ctx.nodes.alive(3 * beat + 60_000), 1.5 * beat / 1000))
             self._node = Node(ctx, NodeRepository(self._engine), self._reload)
             self._node.listeners = self._tick_listeners
             self._node.start()

@@ -24,6 +24,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 
+from scheduler_core.runtime.clock_skew import SkewWatch
 from scheduler_core.runtime.planner import DueOccurrence
 from scheduler_core.store import NodeRepository
 from scheduler_core.store.nodes import NodeInfo
@@ -39,8 +40,10 @@ def share_of(task_id: str, minute_ms: int, capable: Sequence[str]) -> str:
 
 
 class Spread:
-    def __init__(self, node_id: str, nodes: NodeRepository, alive_within_ms: int, every_s: float) -> None:
+    def __init__(self, node_id: str, nodes: NodeRepository, alive_within_ms: int, every_s: float,
+                 skew: SkewWatch | None = None) -> None:
         self._node_id = node_id
+        self._skew = skew  # Galera: the nodes read here also tell whose database clock is ahead
         self._nodes = nodes
         self._alive_within_ms = alive_within_ms
         self._every_s = every_s
@@ -72,8 +75,10 @@ class Spread:
             return
         self._read_at = time.monotonic()  # a failed read is not retried before the next interval
         try:
-            _, alive = self._nodes.alive(self._alive_within_ms)
+            now_ms, alive = self._nodes.alive(self._alive_within_ms)
         except Exception:
             logger.warning("could not read the live nodes (claim order stays as it was)", exc_info=True)
             return
+        if self._skew is not None:
+            self._skew.observe(now_ms, alive)
         self._alive, self._capable = alive, {}

@@ -11,6 +11,7 @@ join it by state transfer (rsync). No pytest in here: ``bench/`` can use it.
         cluster.kill(1)                              # SIGKILL: the node is gone
         cluster.wait_size(2)
         cluster.restart(1)                           # rejoins through state transfer
+        cluster.isolate(2); cluster.reconnect(2)     # a partition: node 3 loses quorum, then rejoins
     finally:
         cluster.stop()
 
@@ -20,6 +21,7 @@ Every wait has a deadline and raises :class:`GaleraError` with the tail of the n
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import pwd
 import shutil
@@ -52,6 +54,12 @@ def unavailable_reason() -> str | None:
     if shutil.which("rsync") is None:
         return "rsync is missing (apt-get install rsync): the joining nodes' state transfer needs it"
     return None
+
+
+def faketime_library() -> str | None:
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")) + sorted(
+        glob.glob("/usr/lib/faketime/libfaketime.so.1"))
+    return found[0] if found else None
 
 
 def _free_ports(count: int) -> list[int]:
@@ -151,13 +159,39 @@ class GaleraCluster:
             node.process.wait(timeout=30)
         node.process = None
 
-    def restart(self, index: int, timeout: float = 180) -> None:
-        """Start a stopped node again: it rejoins the running cluster (IST or SST)."""
+    def shut_down(self, index: int) -> None:
+        """SIGTERM: the node leaves the cluster cleanly."""
+        self._terminate(self.nodes[index])
+
+    def restart(self, index: int, timeout: float = 180, faketime: str | None = None) -> None:
+        """Start a stopped node again: it rejoins the running cluster (IST or SST).
+
+        ``faketime``: a libfaketime offset ("+5s") for its wall clock (``NOW()``), as a machine
+        whose clock is set wrong; None runs it on this host's clock."""
         node = self.nodes[index]
         if node.process is not None and node.process.poll() is None:
             raise GaleraError(f"{node.name} is running")
-        self._launch(node, bootstrap=False)
+        self._launch(node, bootstrap=False, faketime=faketime)
         self.wait_synced(index, timeout)
+
+    def isolate(self, index: int) -> None:
+        """Cut the node off from the group (``gmcast.isolate``), as a network partition would:
+        it loses quorum and refuses queries (1047) while the others go on as a cluster of two."""
+        self._provider_option(index, "gmcast.isolate=1")
+
+    def reconnect(self, index: int, timeout: float = 120) -> None:
+        """End :meth:`isolate`: the node rejoins (IST) and is synced again."""
+        self._provider_option(index, "gmcast.isolate=0")
+        self.wait_synced(index, timeout)
+        self.wait_size(self.size, timeout, via=index)
+
+    def db_clock_offset_s(self, index: int) -> float:
+        """The node's ``NOW(6)`` minus this host's clock (seconds)."""
+        with self.connect(index) as conn, conn.cursor() as cursor:
+            before = time.time()
+            cursor.execute("SELECT UNIX_TIMESTAMP(NOW(6))")
+            (value,) = cursor.fetchone()
+            return float(value) - (before + time.time()) / 2
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -231,12 +265,23 @@ class GaleraCluster:
             *self._user_args(),
         ]
 
-    def _launch(self, node: GaleraNode, bootstrap: bool) -> None:
+    def _launch(self, node: GaleraNode, bootstrap: bool, faketime: str | None = None) -> None:
         args = [MARIADBD, *self._options(node)]
         if bootstrap:
             args.append("--wsrep-new-cluster")
+        env = None
+        if faketime is not None:
+            library = faketime_library()
+            if library is None:
+                raise GaleraError("libfaketime is missing (apt-get install faketime)")
+            # Only the wall clock moves (as a machine's clock set wrong does), not the timers.
+            env = {**os.environ, "LD_PRELOAD": library, "FAKETIME": faketime, "DONT_FAKE_MONOTONIC": "1"}
         node.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+                                        start_new_session=True, env=env)
+
+    def _provider_option(self, index: int, option: str) -> None:
+        with self.connect(index) as conn, conn.cursor() as cursor:
+            cursor.execute("SET GLOBAL wsrep_provider_options = %s", (option,))
 
     def _terminate(self, node: GaleraNode) -> None:
         process, node.process = node.process, None
