@@ -64,6 +64,7 @@ def prepare_engine(engine: Engine, *, busy_timeout_ms: int = 30_000) -> Engine:
         event.listen(engine, "begin", _sqlite_on_begin)
     elif kind == "mysql":
         event.listen(engine, "connect", _mysql_on_connect)
+        event.listen(engine, "handle_error", _mysql_node_not_ready)
     else:
         event.listen(engine, "handle_error", _pg_not_the_primary)
     _prepared.add(engine)
@@ -229,6 +230,26 @@ def _pg_not_the_primary(context: Any) -> None:
     statement was refused."""
     code = getattr(context.original_exception, "sqlstate", None)
     if code in NOT_THE_PRIMARY:
+        context.is_disconnect = True
+
+
+# MySQL / MariaDB: 1047, a Galera node without quorum ("WSREP has not yet prepared node for
+# application use"). On a Galera session also 1205, mostly its causal wait timing out while the
+# node cannot reach the group (repl.causal_read_timeout), before it knows it has lost quorum, and
+# 1180 at COMMIT ("... provider status: Not connected to Primary Component"): nothing committed.
+_WSREP_NOT_READY = 1047
+_GALERA_CUT_OFF = frozenset({1180, 1205})
+
+
+def _mysql_node_not_ready(context: Any) -> None:
+    """Treat a Galera node that cannot serve as a lost connection, as ``_pg_not_the_primary``
+    treats a standby: the connection is invalidated (no rollback on a node that refuses every
+    statement; the pool's reset of it would fail, with a traceback), and the caller sees an
+    unreachable database (db/outage.py) that it asks again once the node has rejoined."""
+    args = getattr(context.original_exception, "args", ())
+    code = args[0] if args and isinstance(args[0], int) else None
+    galera = context.connection is not None and bool(context.connection.info.get("galera"))
+    if code == _WSREP_NOT_READY or (code in _GALERA_CUT_OFF and galera):
         context.is_disconnect = True
 
 

@@ -78,9 +78,6 @@ class SkewWatch:
         self.ahead = found
 
     def _text(self, node_id: str, at_least: int, at_most: int | None) -> str:
-        if at_least > 0:
-            by = f"at least {at_least} ms ahead of"
-        else:
-            by = f"at least {-(at_most or 0)} ms behind"
+        by = f"at least {at_least} ms ahead of" if at_least > 0 else f"at least {-(at_most or 0)} ms behind"
         return (f"node {node_id} writes through a database whose clock is {by} this node's (tolerated: "
                 f"{self.tolerance_ms} ms; leases and minute boundaries are read on each database's own clock)")

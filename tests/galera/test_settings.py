@@ -22,10 +22,12 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.db import close_engine, create_engine, migration_state, upgrade
 from scheduler_core.db.galera import check_galera, galera_node
+from scheduler_core.db.outage import is_unreachable
 from scheduler_core.errors import ClockSkewError, GaleraSettingError, InitFailedError
 from scheduler_core.testing import set_clock_offset
 from tests.galera.cluster import GaleraCluster, faketime_library
@@ -191,3 +193,39 @@ def test_a_node_whose_galera_clock_disagrees_is_refused_at_start_and_a_running_o
             scheduler.close()
         for engine in engines:
             close_engine(engine)
+
+
+def test_a_galera_node_cut_off_from_the_group_is_an_unreachable_database(
+        galera: GaleraCluster, database: str, caplog: pytest.LogCaptureFixture) -> None:
+    """While it learns that it is cut off, the node's statements wait and time out (1205, its
+    causal wait) or fail at COMMIT (1180); then it refuses them (1047). Each is an unreachable
+    database (asked again with back-off, said once), never a bug with a traceback, and the
+    connection is dropped rather than rolled back on a node that refuses everything."""
+    engine = create_engine(galera.url(2, database))
+    with galera.connect(0, database) as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+        cursor.execute("INSERT INTO t VALUES (1, 0)")
+    caplog.set_level(logging.WARNING)
+    errors: list[DBAPIError] = []
+    galera.isolate(2)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with engine.begin() as conn:
+                    conn.execute(text("UPDATE t SET v = v + 1 WHERE id = 1"))
+            except DBAPIError as exc:
+                errors.append(exc)
+                if "1047" in str(exc.orig):
+                    break
+            time.sleep(0.2)
+    finally:
+        galera.reconnect(2)
+    codes = [e.orig.args[0] for e in errors]
+    print(f"[galera] what the cut-off node answered, in order: {codes}")
+    assert codes and codes[-1] == 1047, codes
+    assert all(is_unreachable(e) and e.connection_invalidated for e in errors), errors
+    assert not [r for r in caplog.records if "Exception during reset" in r.getMessage()]
+    with engine.begin() as conn:  # rejoined: the same engine writes again
+        conn.execute(text("UPDATE t SET v = v + 1 WHERE id = 1"))
+    close_engine(engine)

@@ -461,6 +461,10 @@ class Cluster:
         """An autocommit connection straight to one node."""
         return self._connect(self._as_node(node), database, timeout, **kwargs)
 
+    def node_url(self, url: str, index: int) -> str:
+        """Every scheduler node connects with the same multi-host URL: libpq finds the primary."""
+        return url
+
     def create_database(self, name: str) -> str:
         """CREATE DATABASE on the primary (it reaches the standby by replication); returns url(name)."""
         with psycopg.connect(self.url(), autocommit=True, connect_timeout=5) as conn:

@@ -39,7 +39,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
@@ -172,10 +172,25 @@ def minute_list_cron(minutes: list[int]) -> str:
     return ",".join(str(v) for v in values) + " * * * *"
 
 
+class Topology(Protocol):
+    """What a run needs of the database topology: tests/ha/cluster.py's Cluster, or a Galera
+    cluster's adapter (tests/galera/scenario.py)."""
+
+    def wait_healthy(self, timeout: float = 90) -> Any: ...
+
+    def create_database(self, name: str) -> str: ...
+
+    def node_url(self, url: str, index: int) -> str:
+        """The URL scheduler node ``index`` connects with (``url``: create_database's)."""
+        ...
+
+    def describe(self) -> str: ...
+
+
 class FailoverRun:
     """Three scheduler nodes on ``cluster`` with the task mix, over ``minutes`` minutes (the window)."""
 
-    def __init__(self, cluster: Cluster, name: str, workdir: Path, *, lease_ms: int = 8_000,
+    def __init__(self, cluster: Topology, name: str, workdir: Path, *, lease_ms: int = 8_000,
                  minutes: int = 3, lead_s: float = 10.0, mix: tuple[MixTask, ...] = MIX,
                  max_concurrency: int = 4, tick_interval_ms: int = 200, resolve_unknown: bool = True) -> None:
         self.cluster, self.name, self.workdir = cluster, name, workdir
@@ -187,6 +202,7 @@ class FailoverRun:
         self.engine: Engine | None = None
         self.receiver: RecordingServer | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.killed: set[str] = set()  # scheduler nodes SIGKILLed on purpose (kill_node), not respawned
         self.log_paths: dict[str, Path] = {}
         self.minutes: list[int] = []
         self.offset_ms = 0
@@ -248,21 +264,28 @@ class FailoverRun:
             admin.close()
 
     def _spawn_nodes(self) -> None:
+        for node_id in NODE_IDS:
+            self.log_paths[node_id] = self.workdir / f"{node_id}.log"
+            self._spawn(node_id)
+        self._wait_ready(set(NODE_IDS), 0)
+
+    def _spawn(self, node_id: str) -> None:
         options = {"lease_ms": self.lease_ms, "tick_interval_ms": self.tick_interval_ms,
                    "max_concurrency": self.max_concurrency, "connect_timeout_ms": 3000,
                    "sleep_s": {t.id: t.seconds for t in self.mix if t.kind == "hook"}}
         env = {**os.environ, "PYTHONPATH": str(ROOT), OFFSET_ENV: str(self.offset_ms)}
-        for node_id in NODE_IDS:
-            log = self.workdir / f"{node_id}.log"
-            self.log_paths[node_id] = log
-            with log.open("wb") as out:
-                self.procs[node_id] = subprocess.Popen(
-                    [sys.executable, str(HERE / "ha_node.py"), self.url, node_id, str(self.events),
-                     json.dumps(options)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        url = self.cluster.node_url(self.url, NODE_IDS.index(node_id))
+        with self.log_paths[node_id].open("ab") as out:
+            self.procs[node_id] = subprocess.Popen(
+                [sys.executable, str(HERE / "ha_node.py"), url, node_id, str(self.events), json.dumps(options)],
+                stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def _wait_ready(self, wanted: set[str], readies_before: int) -> None:
         deadline = time.monotonic() + 90
         while True:
-            ready = {e["node"] for e in read_events(self.events) if e.get("kind") == "ready"}
-            if ready >= set(NODE_IDS):
+            events = [e for e in read_events(self.events) if e.get("kind") == "ready"]
+            ready = {e["node"] for e in events[readies_before:]}
+            if ready >= wanted:
                 return
             for node_id, proc in self.procs.items():
                 if proc.poll() is not None:
@@ -271,6 +294,21 @@ class FailoverRun:
             if time.monotonic() > deadline:
                 raise AssertionError(f"nodes not ready after 90 s: only {sorted(ready)}")
             time.sleep(0.1)
+
+    def kill_node(self, node_id: str) -> float:
+        """SIGKILL scheduler node ``node_id`` (a machine gone); returns time.time() of it."""
+        at = time.time()
+        self.procs[node_id].kill()
+        self.procs[node_id].wait()
+        self.killed.add(node_id)
+        return at
+
+    def respawn(self, node_id: str) -> None:
+        """Start a killed node again under the same node id (its machine is back), until ready."""
+        readies = sum(1 for e in read_events(self.events) if e.get("kind") == "ready")
+        self._spawn(node_id)
+        self.killed.discard(node_id)
+        self._wait_ready({node_id}, readies)
 
     # --- during the run ----------------------------------------------------------------
 
@@ -341,7 +379,7 @@ class FailoverRun:
 
     def check_alive(self) -> None:
         for node_id, proc in self.procs.items():
-            if proc.poll() is not None:
+            if node_id not in self.killed and proc.poll() is not None:
                 raise AssertionError(f"{node_id} exited ({proc.returncode}) during the run:\n{self.log_tail(node_id)}")
 
     def _operate(self) -> None:
@@ -426,6 +464,8 @@ class FailoverRun:
                 proc.send_signal(signal.SIGTERM)
         failures = []
         for node_id, proc in self.procs.items():
+            if node_id in self.killed:
+                continue
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -695,8 +735,10 @@ def run_scenario(run: FailoverRun, actions: list[str], first_busy: int = 8, then
     while handlers run -- the first once ``first_busy`` run in the first minute, each later one
     once ``then_busy`` run again; then finish and judge the run. The caller closes the run."""
     run.start()
+    cluster = run.cluster
+    assert isinstance(cluster, Cluster), "run_scenario's actions are pg_auto_failover's"
     for index, action in enumerate(actions):
-        do = {"kill": lambda: kill_and_fail_over(run.cluster), "switchover": lambda: switch_over(run.cluster)}[action]
+        do = {"kill": lambda: kill_and_fail_over(cluster), "switchover": lambda: switch_over(cluster)}[action]
         run.disturb(action, do, handlers=first_busy if index == 0 else then_busy)
     run.finish()
     return run.judge()
