@@ -104,10 +104,13 @@ class GaleraNode:
 class GaleraCluster:
     """``size`` Galera nodes on free local ports (see the module doc)."""
 
-    def __init__(self, size: int = 3, workdir: Path | None = None, verbose: bool = False) -> None:
+    def __init__(self, size: int = 3, workdir: Path | None = None, verbose: bool = False, wsrep: bool = True) -> None:
         if size < 1:
             raise ValueError("size: at least one node")
+        if not wsrep and size != 1:
+            raise ValueError("size: one server without wsrep (the plain server a cluster is compared with)")
         self.size = size
+        self.wsrep = wsrep  # False: one plain server with the same settings (bench/galera.py compares)
         self.verbose = verbose
         self._own_dir = workdir is None
         self.root = workdir or Path(tempfile.mkdtemp(prefix="hai-galera-"))
@@ -131,6 +134,11 @@ class GaleraCluster:
             self._install(node)
         try:
             self._launch(self.nodes[0], bootstrap=True)
+            if not self.wsrep:
+                self._wait(f"{self.nodes[0].name} up", lambda: self._answers(0), timeout, self.nodes[0])
+                with self.connect(0) as conn, conn.cursor() as cursor:
+                    cursor.execute("CREATE DATABASE IF NOT EXISTS test")
+                return self
             self.wait_synced(0, timeout)
             with self.connect(0) as conn, conn.cursor() as cursor:
                 cursor.execute("CREATE DATABASE IF NOT EXISTS test")
@@ -247,27 +255,36 @@ class GaleraCluster:
         if done.returncode != 0:
             raise GaleraError(f"mariadb-install-db for {node.name} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
+    def _answers(self, index: int) -> bool:
+        try:
+            with self.connect(index):
+                return True
+        except pymysql.MySQLError:
+            return False
+
     def _options(self, node: GaleraNode) -> list[str]:
         members = ",".join(f"{HOST}:{n.group_port}" for n in self.nodes)
         base = node.datadir.parent
-        return [
-            "--no-defaults", f"--datadir={node.datadir}", f"--port={node.port}", f"--bind-address={HOST}",
-            f"--socket={base / 'mysqld.sock'}", f"--pid-file={base / 'mysqld.pid'}", f"--log-error={node.log}",
-            "--skip-name-resolve", "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=32M",
-            "--max-connections=300", "--innodb-flush-log-at-trx-commit=2",
-            "--binlog-format=ROW", "--default-storage-engine=InnoDB", "--innodb-autoinc-lock-mode=2",
+        wsrep = [
             "--wsrep-on=ON", f"--wsrep-provider={PROVIDER}", "--wsrep-cluster-name=hai-galera",
             f"--wsrep-cluster-address=gcomm://{members}", f"--wsrep-node-name={node.name}",
             f"--wsrep-node-address={HOST}:{node.group_port}",
             f"--wsrep-provider-options=gmcast.listen_addr=tcp://{HOST}:{node.group_port};"
             f"ist.recv_addr={HOST}:{node.ist_port};gcache.size=64M",
             f"--wsrep-sst-receive-address={HOST}:{node.sst_port}", "--wsrep-sst-method=rsync",
-            *self._user_args(),
+        ] if self.wsrep else []
+        return [
+            "--no-defaults", f"--datadir={node.datadir}", f"--port={node.port}", f"--bind-address={HOST}",
+            f"--socket={base / 'mysqld.sock'}", f"--pid-file={base / 'mysqld.pid'}", f"--log-error={node.log}",
+            "--skip-name-resolve", "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=32M",
+            "--max-connections=300", "--innodb-flush-log-at-trx-commit=2",
+            "--binlog-format=ROW", "--default-storage-engine=InnoDB", "--innodb-autoinc-lock-mode=2",
+            *wsrep, *self._user_args(),
         ]
 
     def _launch(self, node: GaleraNode, bootstrap: bool, faketime: str | None = None) -> None:
         args = [MARIADBD, *self._options(node)]
-        if bootstrap:
+        if bootstrap and self.wsrep:
             args.append("--wsrep-new-cluster")
         env = None
         if faketime is not None:

@@ -31,6 +31,7 @@ from scheduler_core.db.outage import is_unreachable
 from scheduler_core.errors import ClockSkewError, GaleraSettingError, InitFailedError
 from scheduler_core.testing import set_clock_offset
 from tests.galera.cluster import GaleraCluster, faketime_library
+from tests.helpers import topology_suite as suite
 from tests.helpers.node_cluster import db_now, next_boundary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -125,7 +126,7 @@ def test_schema_changes_on_one_node_only_are_refused_at_start_up(galera: GaleraC
 def node_three_ahead(galera: GaleraCluster) -> Iterator[float]:
     """Galera node 3 restarted on a wall clock 5 s ahead (libfaketime); put back afterwards."""
     if faketime_library() is None:
-        pytest.skip("libfaketime is missing (apt-get install faketime; .ci/run installs it)")
+        suite.unavailable("libfaketime is missing (apt-get install faketime; .ci/run installs it)", "galera")
     galera.shut_down(2)
     galera.restart(2, faketime="+5s")
     try:
