@@ -27,6 +27,7 @@ from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.api_tokens import ApiTokens, check_rate_limit
 from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
+from scheduler_core.testing import set_clock_offset_from_env
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
 from webapp import runs as run_history
 from webapp.api import bp as api_blueprint
@@ -93,6 +94,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     csrf.init_app(app)
     with app.app_context():
         engine = prepare_engine(db.engine, busy_timeout_ms=config.busy_timeout_ms)
+        set_clock_offset_from_env(engine)  # HAI_TEST_DB_CLOCK_OFFSET_MS: tests only, refused in production
         health_check(engine)
         upgrade(engine)  # under a database-wide lock: safe from every gunicorn worker at once
     app.extensions["hai_engine"] = engine

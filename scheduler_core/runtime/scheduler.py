@@ -58,6 +58,7 @@ TRIGGER_POLL_S = 0.2
 CLAIM_ANSWER_S = 15.0  # how long a manual claim the database did not answer is asked again
 _pause = threading.Event().wait
 RESERVED_CONNECTIONS = 4  # the tick's held line and its pooled work, lease keeper, one trigger()/operator caller
+MEASURE_CLOCKS_MAX_S = 15.0  # Galera: how long start() watches the other nodes' heartbeats (runtime/clock_skew.py)
 
 
 class Scheduler:
@@ -194,7 +195,8 @@ class Scheduler:
                 raise AlreadyRunningError("the scheduler is already running")
             if ctx.skew is not None:  # Galera: the other nodes' database clocks, measured first
                 beat = self._config.heartbeat_interval_ms  # (a node behind looks older: a wider window)
-                ctx.skew.refuse(ctx.skew.measure(lambda: ctx.nodes.alive(3 * beat + 60_000), 1.5 * beat / 1000))
+                ctx.skew.refuse(ctx.skew.measure(lambda: ctx.nodes.alive(3 * beat + 60_000),
+                                                 min(1.5 * beat / 1000, MEASURE_CLOCKS_MAX_S)))
             self._node = Node(ctx, NodeRepository(self._engine), self._reload)
             self._node.listeners = self._tick_listeners
             self._node.start()

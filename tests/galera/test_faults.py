@@ -2,7 +2,7 @@
 fault suite's oracle as the PostgreSQL failovers are (tests/ha/scenario.py).
 
 Three scheduler nodes, node i writing through Galera node i, run the HA task mix (idempotent and
-not, hooks and HTTP calls, handlers of 3-18 s) for four DB-clock minutes with an 8 s lease. While
+not, hooks and HTTP calls, handlers of 3-18 s) for five DB-clock minutes with an 8 s lease. While
 handlers run, one after the other:
 
 ==========================  ==================================================================
@@ -21,8 +21,9 @@ SIGKILL of scheduler node   the others take its leases over, across Galera nodes
 
 Judged over the whole window: 0 duplicate runs of a non-idempotent task, every due occurrence
 journaled and settled (an operator resolves each unknown after checking the receiver), no
-traceback in any node's log. The figures, the certification aborts and the state transfer used
-are printed (``-s``); evidence is kept under test-output/galera/faults.
+traceback in any node's log, and each scheduler node ran work again after its own fault. The
+figures, the certification aborts and the state transfer used are printed (``-s``); evidence is
+kept under test-output/galera/faults.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ OUTPUT = Path(os.environ.get("HAI_TEST_OUTPUT") or Path(__file__).resolve().pare
 def test_galera_node_killed_partitioned_and_a_scheduler_node_killed_run_nothing_twice_and_lose_nothing(
         galera: GaleraCluster) -> None:
     topology = GaleraTopology(galera)
-    run = FailoverRun(topology, "faults", OUTPUT / "faults", lease_ms=8_000, minutes=4)
+    run = FailoverRun(topology, "faults", OUTPUT / "faults", lease_ms=8_000, minutes=5)
     try:
         run.start()
         killed = run.disturb("kill-galera", lambda: kill_galera_node(topology, 1, down_s=12), handlers=8)
@@ -89,5 +90,11 @@ def test_galera_node_killed_partitioned_and_a_scheduler_node_killed_run_nothing_
     for node_id, said in report.log_summary.items():
         assert not said.get("tracebacks"), (node_id, said)
         assert not any("failed unexpectedly" in k for k in said), (node_id, said)
-    # Every node ran work in the last minute, after all three faults: each came back.
-    assert set(owners[len(run.minutes) - 1]) == {"ha-node-1", "ha-node-2", "ha-node-3"}, owners
+    # Each scheduler node ran work again after its own fault was over: it came back. (Not "each
+    # node in each minute": the fastest two claim a quiet minute's 12 occurrences, prefetch
+    # included, before the third's tick; both runs of the first version of this check saw it.)
+    for node_id, disturbance in (("ha-node-2", killed), ("ha-node-3", cut), ("ha-node-1", node)):
+        over_ms = run.db_ms(disturbance.at + (disturbance.rejoined_after_s or 0))
+        after = [r["task_id"] for r in report.executions
+                 for a in r["attempts"] if a.get("node_id") == node_id and (a.get("started_at") or 0) > over_ms]
+        assert after, (node_id, disturbance.detail, owners)
