@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Any
 
+from _common import galera_sync_wait_from_env
 from sqlalchemy import event
 
 from scheduler_core import Scheduler, SchedulerConfig
@@ -101,6 +102,7 @@ def main(url: str, node_id: str, concurrency: int, max_queued: int) -> None:
     scheduler = Scheduler(engine, SchedulerConfig(node_id=node_id, max_concurrency=concurrency, max_queued=max_queued),
                           hooks={"on_task_execute": execute})
     scheduler.init()
+    galera_sync_wait_from_env(engine)  # after init, whose Galera check would refuse it
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with lock:

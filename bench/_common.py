@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import delete, event, select, text, update
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.sql import Executable
 
@@ -62,6 +62,10 @@ class Target:
     label: str  # sqlite | postgresql | mysql
     url: str
     cleanup: Callable[[], None] | None = None  # drops what we created; None for a given --url
+    node_urls: tuple[str, ...] = ()  # node i connects with node_urls[i % len] (a Galera cluster); () -> url
+
+    def node_url(self, index: int) -> str:
+        return self.node_urls[index % len(self.node_urls)] if self.node_urls else self.url
 
     @property
     def shown(self) -> str:
@@ -81,6 +85,24 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the databases created for --backend")
     parser.add_argument("--nodes", type=int, default=2, help="node processes")
     parser.add_argument("--json", action="store_true", help="also print every result row as JSON")
+
+
+def galera_sync_wait_from_env(engine: Engine) -> None:
+    """Bench only: ``HAI_BENCH_GALERA_SYNC_WAIT=N`` sets each new session's wsrep_sync_wait to N
+    after the product's own set-up (bench/galera.py measures what the causal reads cost). Call it
+    after ``init()``: the product refuses a session without causal reads at start-up."""
+    value = os.environ.get("HAI_BENCH_GALERA_SYNC_WAIT")
+    if not value:
+        return
+
+    def override(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"SET SESSION wsrep_sync_wait = {int(value)}")
+        cursor.close()
+        dbapi_connection.commit()
+
+    event.listen(engine, "connect", override)
+    engine.dispose()  # the health check's connection was made before
 
 
 def kind_of(url: str) -> str:

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import COUNTED
+from _common import COUNTED, galera_sync_wait_from_env
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
@@ -117,6 +117,7 @@ class Node:
                                      max_queued=int(options.get("max_queued", SchedulerConfig.max_queued)))
             self.scheduler = Scheduler(self.engine, config, hooks={"on_task_execute": self._execute})
             self.scheduler.init()
+            galera_sync_wait_from_env(self.engine)  # after init, whose Galera check would refuse it
             self.scheduler.add_tick_listener(self._on_tick)
         if options.get("reach") is not None:
             self.reach = Reach(self.engine, options["reach"], node_id=options["node_id"])

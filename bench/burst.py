@@ -95,7 +95,8 @@ def _percentile(values: list[int], q: float) -> float | None:
 
 
 def run(url: str, count: int, node_count: int, lead_s: float, concurrency: int, max_queued: int,
-        timeout_s: float, ceiling_s: float = 0) -> dict[str, Any]:
+        timeout_s: float, ceiling_s: float = 0, node_urls: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``node_urls``: node i connects with node_urls[i % len] (one per Galera node); () -> url."""
     ceiling = limits.measure(url, ceiling_s) if ceiling_s > 0 else None  # this host, minutes before the burst
     if ceiling is not None:
         print(limits.ceiling_line({"backend": kind_of(url), **ceiling}), file=sys.stderr, flush=True)
@@ -109,8 +110,9 @@ def run(url: str, count: int, node_count: int, lead_s: float, concurrency: int, 
         _register(engine, count, tm.tm_min, tm.tm_hour)
         offset = boundary - int(lead_s * 1000) - _db_now(engine)  # the nodes see the boundary in lead_s
         env = {**os.environ, "HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
-        procs = [subprocess.Popen([sys.executable, str(NODE_SCRIPT), url, f"bench-{i}", str(concurrency),
-                                   str(max_queued)],
+        urls = node_urls or (url,)
+        procs = [subprocess.Popen([sys.executable, str(NODE_SCRIPT), urls[i % len(urls)], f"bench-{i}",
+                                   str(concurrency), str(max_queued)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                  for i in range(node_count)]
         try:

@@ -140,8 +140,8 @@ def _measure(target: Target, count: int, minutes: int, node_count: int, lead_s: 
         env = {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
         options = {"url": target.url, "concurrency": concurrency, "tick_ms": 1000, "handler_ms": handler_ms}
         db_cpu_before = database_cpu_s(engine)
-        procs = [spawn("_node.py", [json.dumps({**options, "node_id": f"steady-{i}"})], f"steady-{i}", env)
-                 for i in range(node_count)]
+        procs = [spawn("_node.py", [json.dumps({**options, "node_id": f"steady-{i}", "url": target.node_url(i)})],
+                       f"steady-{i}", env) for i in range(node_count)]
         try:
             wait_until(lambda: _terminal(engine, last) >= count, lead_s + minutes * 60 + 300,
                        "the last minute's occurrences", procs, poll_s=1.0)
