@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -12,10 +10,9 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from scheduler_core.config import SchedulerConfig
-from scheduler_core.cron import manual_occurrence_id, new_occurrence_id
 from scheduler_core.db import migration_state, pool_capacity, prepare_engine, upgrade
 from scheduler_core.db.galera import check_galera
-from scheduler_core.db.outage import Backoff, Outage, is_unreachable
+from scheduler_core.db.outage import Outage
 from scheduler_core.errors import (
     AlreadyRunningError,
     ConfigError,
@@ -35,28 +32,20 @@ from scheduler_core.runtime.clock_watch import jump_tolerance_ms
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import ExecutionOperations, check_log_filter
 from scheduler_core.runtime.hooks import Hooks
+from scheduler_core.runtime.manual_triggers import claim_manual, occurrence_id_for
 from scheduler_core.runtime.node import Node
-from scheduler_core.runtime.recovery import claimed_execution
-from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.task_operations import TaskOperations, TaskState
-from scheduler_core.statuses import Trigger
 from scheduler_core.store import (
-    ClaimOutcome,
-    ClaimRequest,
-    ClaimResult,
     ExecutionRepository,
     LogRepository,
     NodeInfo,
     NodeRepository,
     TaskRepository,
 )
-from scheduler_core.store.handoff import Missed
 from scheduler_core.store.retention import PruneResult
 from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
 TRIGGER_POLL_S = 0.2
-CLAIM_ANSWER_S = 15.0  # how long a manual claim the database did not answer is asked again
-_pause = threading.Event().wait
 RESERVED_CONNECTIONS = 4  # the tick's held line and its pooled work, lease keeper, one trigger()/operator caller
 MEASURE_CLOCKS_MAX_S = 15.0  # Galera: how long start() watches the other nodes' heartbeats (runtime/clock_skew.py)
 
@@ -339,7 +328,7 @@ class Scheduler:
         With ``idempotency_key`` the occurrence id is derived from (task, key): repeating the
         call returns the same record instead of running again.
         """
-        occurrence_id, runner = self._claim_manual(task_id, source, idempotency_key)
+        occurrence_id, runner = claim_manual(self.context(), task_id, source, idempotency_key)
         if runner is not None:
             return runner.run()
         return self._wait_for_record(occurrence_id)
@@ -352,7 +341,7 @@ class Scheduler:
         does not wait: the run is a registered runner on its own thread, so ``close()``
         cancels it and waits for it like any other.
         """
-        occurrence_id, runner = self._claim_manual(task_id, source, idempotency_key)
+        occurrence_id, runner = claim_manual(self.context(), task_id, source, idempotency_key)
         if runner is not None:
             if self._closing.is_set():
                 runner.signal.cancel("closing")  # close() already cancelled the others: end before starting
@@ -362,50 +351,6 @@ class Scheduler:
                 self.context().unregister_runner(runner)
                 raise
         return occurrence_id
-
-    def _claim_manual(self, task_id: str, source: str | None, idempotency_key: str | None) -> tuple[str, Runner | None]:
-        """Journal a manual occurrence; the registered runner when this node won its slot."""
-        ctx = self.context()
-        check_id(task_id, "task_id")
-        source = check_optional_id(source, "source")
-        key = check_optional_id(idempotency_key, "idempotency_key")
-        task = ctx.tasks.get(task_id)
-        if task is None:
-            raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
-        occurrence_id = _manual_occurrence_id(task_id, key)
-        request = ClaimRequest(occurrence_id=occurrence_id, task_id=task_id, task_revision=task.revision,
-                               trigger=Trigger.MANUAL, max_attempts=task.max_attempts, token=str(uuid.uuid4()),
-                               source=source, idempotency_key=key)
-        ctx.clock.observe(ctx.tasks.tick_snapshot().now_ms)  # before the claim: nothing may fail after it
-        if not ctx.can_run(task):
-            self._hand_off(ctx, task, request)
-            return occurrence_id, None
-        result = self._claim_until_answered(ctx, request)
-        if result.outcome != ClaimOutcome.CLAIMED:
-            return occurrence_id, None
-        runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token, None, [],
-                                       reread=True))
-        ctx.register_runner(runner)  # before it runs: close() waits for it from now on
-        return occurrence_id, runner
-
-    @staticmethod
-    def _claim_until_answered(ctx: RuntimeContext, request: ClaimRequest) -> ClaimResult:
-        """The claim; asked again with the same token while the database does not answer (for up
-        to ``CLAIM_ANSWER_S``), so that a claim whose COMMIT landed but whose answer was lost is
-        recognised as ours and run (docs/semantics.md S6) rather than left to expire."""
-        backoff, deadline = Backoff(0.1, 2.0), time.monotonic() + CLAIM_ANSWER_S
-        while True:
-            try:
-                (result,) = ctx.executions.claim([request])
-            except Exception as exc:
-                if not is_unreachable(exc) or time.monotonic() >= deadline:
-                    raise
-                ctx.outage.failed(exc)
-                request = replace(request, retry=True)
-                _pause(min(backoff.next(), max(0.0, deadline - time.monotonic())))
-                continue
-            ctx.outage.answered()
-            return result
 
     def repeated_occurrence(self, task_id: str, idempotency_key: str | None) -> str | None:
         """The journaled occurrence a manual trigger of ``task_id`` with ``idempotency_key`` would
@@ -417,21 +362,12 @@ class Scheduler:
             return None  # submit refuses this key: nothing can be repeated
         if key is None:
             return None
-        occurrence_id = _manual_occurrence_id(task_id, key)
+        occurrence_id = occurrence_id_for(task_id, key)
         try:
             self.execution.get(occurrence_id)
         except ExecutionNotFoundError:
             return None
         return occurrence_id
-
-    @staticmethod
-    def _hand_off(ctx: RuntimeContext, task: TaskDefinition, request: ClaimRequest) -> None:
-        """A manual occurrence this node cannot run: queued for a live node that can (it runs it
-        at its next tick), or -- when no such node is alive -- journaled ``missed`` at once."""
-        if ctx.capable_node_alive(task):
-            ctx.handoff.enqueue([request])
-        else:
-            ctx.handoff.journal_missed([Missed(request, "no_capable_node")])
 
     def _wait_for_record(self, occurrence_id: str) -> ExecutionLog:
         """Somebody journaled this occurrence (a repeat key, or slot busy): report its outcome."""
@@ -474,8 +410,3 @@ class Scheduler:
         where = check_log_filter(task_id, status, trigger_source, started_after, started_before)
         return ctx.logs.query(where, limit, offset)
 
-
-def _manual_occurrence_id(task_id: str, key: str | None) -> str:
-    """A manual trigger's occurrence id: derived from (task, key) so that a repeated key finds the
-    same occurrence; random without a key. ``key`` has passed ``check_optional_id``."""
-    return manual_occurrence_id(task_id, key) if key else new_occurrence_id()
