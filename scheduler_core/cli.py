@@ -35,6 +35,7 @@ from scheduler_core.errors import GaleraSettingError, ReachError, SchedulerError
 from scheduler_core.settings import Settings, likely_typos, read_settings
 
 NO_DATABASE = 4  # `db status`: the SQLite file does not exist (3: migrations are pending)
+REFUSED_SETTING = 5  # `db status`: a Galera node set up against a rule (a scheduler node would not start)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,6 +155,7 @@ def _db_status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"warning: {replication.warning}", file=sys.stderr)
     if galera is not None and galera.problem:
         print(f"error: {GaleraSettingError.code} {galera.problem}", file=sys.stderr)
+        return REFUSED_SETTING
     return 0 if state.up_to_date else 3
 
 

@@ -13,11 +13,16 @@ lock the whole cluster sees, the settings it refuses, and the clocks of the Gale
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,6 +126,34 @@ def test_schema_changes_on_one_node_only_are_refused_at_start_up(galera: GaleraC
             cursor.execute("SET GLOBAL wsrep_OSU_method = 'TOI'")
         close_engine(engine)
 
+
+
+def test_db_status_shows_the_galera_node_and_exits_5_on_a_setting_a_start_refuses(
+        galera: GaleraCluster, database: str, tmp_path: Path) -> None:
+    """The README's "hai-scheduler db status" on a Galera node, run as its users run it."""
+    def status(index: int) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": os.environ["PATH"], "HAI_DATABASE_URL": galera.url(index, database)}
+        return subprocess.run([sys.executable, "-m", "webapp.cli", "db", "status"], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+
+    engine = create_engine(galera.url(0, database))
+    upgrade(engine)
+    close_engine(engine)
+    done = status(1)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    shown = json.loads(done.stdout)["galera"]
+    assert shown["node_name"] == "galera2" and shown["cluster_status"] == "Primary", shown
+    assert shown["cluster_size"] == 3 and shown["ready"] is True and shown["sync_wait"] & 3 == 3, shown
+    with galera.connect(2) as conn, conn.cursor() as cursor:
+        cursor.execute("SET GLOBAL wsrep_OSU_method = 'RSU'")
+    try:
+        done = status(2)
+    finally:
+        with galera.connect(2) as conn, conn.cursor() as cursor:
+            cursor.execute("SET GLOBAL wsrep_OSU_method = 'TOI'")
+    assert done.returncode == 5 and "Traceback" not in done.stderr, (done.returncode, done.stderr)
+    assert json.loads(done.stdout)["galera"]["osu_method"] == "RSU"
+    assert "error: hai:reldb:013 wsrep_OSU_method is RSU" in done.stderr, done.stderr
 
 @pytest.fixture
 def node_three_ahead(galera: GaleraCluster) -> Iterator[float]:

@@ -26,6 +26,9 @@ SHELL_SKIPS = {
     "export HAI_DATABASE_URL='postgresql://hai:secret@db-a:5432,db-b:5432/scheduler?target_session_attrs=read-write'\n"
     "hai-scheduler db status     # shows every host, the replication it sees, and warns on asynchronous":
         "names a cluster's hosts; tests/integration/test_cluster_url.py runs db status on a cluster URL",
+    "export HAI_DATABASE_URL='mysql://hai:secret@galera-2:3306/scheduler'   # this node's Galera node\n"
+    "hai-scheduler db status     # \"galera\": the node's name, Primary or not, cluster size, sync_wait":
+        "names a Galera node; tests/galera/test_settings.py runs db status on one of a real cluster",
 }
 # Python blocks that need servers (SMTP, SMS, a webhook receiver) are compiled only.
 RUNNABLE = ("scheduler = Scheduler(", "upgrade(engine)")
