@@ -14,7 +14,7 @@ from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError, TaskNotFoundError
 from scheduler_core.runtime.unknown_review import BulkResolvePreview
-from scheduler_core.statuses import ExecutionStatus
+from scheduler_core.statuses import ExecutionStatus, Resolution
 from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.forms import posted_version, review_errors, whole_number
@@ -25,7 +25,7 @@ bp = Blueprint("executions", __name__, url_prefix="/executions")
 PAGE = 50
 FILTER_FIELDS = ("status", "task")
 UNKNOWN_SHOWN = 100  # the oldest first; an error about one further down shows above the cards
-RESOLUTIONS = ("success", "discarded")
+RESOLUTIONS = tuple(Resolution)
 
 
 def _filters() -> tuple[str | None, str | None, dict[str, str]]:
@@ -78,7 +78,7 @@ def detail(occurrence_id: str) -> ResponseReturnValue:
     except (ExecutionNotFoundError, ConfigError):
         abort(404, description=f"No execution {occurrence_id!r} in the journal.")
     holder = None
-    if execution.status == "unknown":
+    if execution.status == ExecutionStatus.UNKNOWN:
         try:
             holder = scheduler.task_ops.state(execution.task_id).blocked_by
         except TaskNotFoundError:  # the task was deleted since: its slot went with it
@@ -164,8 +164,9 @@ def bulk_resolve() -> ResponseReturnValue:
     except ConfigError as exc:
         return _bulk_page(preview, _field_error(exc), filters), 400
     record_action("execution.bulk_resolve_unknown", "unknown executions",
-                  before={"filter": {"task": preview.task_id, "cause": preview.reason}, "status": "unknown",
-                          "bound_at": preview.bound_at, "bound_id": preview.bound_id, "previewed": preview.count},
+                  before={"filter": {"task": preview.task_id, "cause": preview.reason},
+                          "status": ExecutionStatus.UNKNOWN, "bound_at": preview.bound_at, "bound_id": preview.bound_id,
+                          "previewed": preview.count},
                   after={"status": status, "resolved": result.resolved, "changed": result.changed,
                          "occurrences": list(result.resolved_ids[:100])}, reason=reason)
     message = f"Resolved {result.resolved} of the {result.previewed} previewed unknown executions as {status}."

@@ -16,6 +16,7 @@ from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFound
 from scheduler_core.reach import Reach
 from scheduler_core.reach.queue import FAILURE_CLASSES, QUEUE_STATUSES, BulkPreview
 from scheduler_core.reach.templates import parse_values
+from scheduler_core.statuses import DeliveryResolution, QueueStatus
 from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.forms import posted_version, review_errors, whole_number
@@ -57,7 +58,7 @@ def _counts() -> dict[str, int]:
 
 @bp.get("/")
 def index() -> ResponseReturnValue:
-    status = request.args.get("status") or "pending"
+    status = request.args.get("status") or QueueStatus.PENDING
     page = _reach().queue.browse(status, limit=PAGE, after=_arg("after"))
     held = _held_label(str(_reach().config["dnd"]["timezone"]))
     return render_template(page_or_fragment("notifications/index.html", "notifications/_rows.html"), status=status,
@@ -70,7 +71,7 @@ def counts() -> ResponseReturnValue:
     if not wants_fragment():
         return redirect(url_for("notifications.index", status=request.args.get("status") or None))
     return render_template("notifications/_counts.html", counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP,
-                           status=request.args.get("status") or "pending")
+                           status=request.args.get("status") or QueueStatus.PENDING)
 
 
 # --- dead letters ------------------------------------------------------------------------------
@@ -82,7 +83,7 @@ def _dead_filters() -> dict[str, str | None]:
 
 def _dead_page(errors: dict[str, dict[str, str]] | None = None, after: str | None = None) -> str:
     filters = _dead_filters()
-    page = _reach().queue.browse("dead", limit=PAGE, after=after, **filters)
+    page = _reach().queue.browse(QueueStatus.DEAD, limit=PAGE, after=after, **filters)
     return render_template(page_or_fragment("notifications/dead.html", "notifications/_dead_rows.html"), page=page,
                            filters=filters, errors=errors or {}, providers=_reach().provider_names(),
                            failures=FAILURE_CLASSES)
@@ -171,7 +172,7 @@ def bulk_requeue() -> ResponseReturnValue:
 
 
 def _unknown_page(errors: dict[str, dict[str, str]] | None = None) -> str:
-    page = _reach().queue.browse("unknown", limit=PAGE, after=_arg("after"))
+    page = _reach().queue.browse(QueueStatus.UNKNOWN, limit=PAGE, after=_arg("after"))
     return render_template("notifications/unknown.html", page=page, errors=errors or {})
 
 
@@ -181,8 +182,8 @@ def unknown() -> ResponseReturnValue:
 
 
 def _resolution_errors(status: str, reason: str, message_id: str | None, expected: int | None) -> dict[str, str]:
-    errors = review_errors(status, ("sent", "discarded"), reason, expected)
-    if status == "discarded" and message_id:
+    errors = review_errors(status, tuple(DeliveryResolution), reason, expected)
+    if status == DeliveryResolution.DISCARDED and message_id:
         errors["message_id"] = "A message id only goes with \"sent\"."
     if message_id is not None and len(message_id) > 255:
         errors["message_id"] = "Keep the message id under 256 characters."

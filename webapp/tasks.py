@@ -27,6 +27,7 @@ from scheduler_core.errors import (
 )
 from scheduler_core.model import CATCHUP_WINDOW_MAX_MS, UPDATABLE_FIELDS, TaskDefinition
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
+from scheduler_core.statuses import ExecutionStatus
 from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.forms import posted_version
@@ -323,13 +324,13 @@ def rerun(task_id: str, occurrence_id: str) -> ResponseReturnValue:
     return redirect(url_for("tasks.detail", task_id=task_id), 303)
 
 
-def _flash_started(task_id: str, occurrence: str, status: str, reason: str | None) -> None:
-    if status == "skipped":
+def _flash_started(task_id: str, occurrence: str, status: ExecutionStatus, reason: str | None) -> None:
+    if status == ExecutionStatus.SKIPPED:
         flash(f"Task {task_id} was not started: occurrence {occurrence} is skipped ({reason or 'slot busy'}); "
               "another execution of this task holds its slot.", "warning")
-    elif status == "queued":
+    elif status == ExecutionStatus.QUEUED:
         flash(f"Task {task_id} is queued for a node that can run it: occurrence {occurrence}.", "success")
-    elif status == "missed":
+    elif status == ExecutionStatus.MISSED:
         flash(f"Task {task_id} was not started: no live node can run it ({reason}); occurrence {occurrence} is "
               "journaled missed. Start a node with the application's hooks or in the task's group.", "warning")
     else:

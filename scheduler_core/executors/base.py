@@ -10,9 +10,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-OutcomeStatus = Literal["success", "failed", "interrupted", "unknown"]
+from scheduler_core.statuses import AttemptStatus
+
+OutcomeStatus = AttemptStatus  # the name executors outside this package may have imported
 
 
 _SIGNALS = threading.Lock()  # guards every CancelSignal's hand-over between cancel() and wait()
@@ -74,7 +76,7 @@ class ExecutionContext:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: OutcomeStatus
+    status: AttemptStatus
     result: Any = None
     error: str | None = None
 

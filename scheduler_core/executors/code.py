@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core.errors import ConfigError, JsCompileFailedError
-from scheduler_core.executors.base import ExecutionContext, ExecutionRequest, Outcome, OutcomeStatus
+from scheduler_core.executors.base import ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.executors.code_bootstrap import JS_BOOTSTRAP, PYTHON_BOOTSTRAP
 from scheduler_core.executors.worker_process import OUTPUT_LIMIT_BYTES, RESULT_LIMIT_BYTES, Finished, run_child
+from scheduler_core.statuses import AttemptStatus
 from scheduler_core.validation import check_int, check_text
 
 MAX_CODE_CHARS = 100_000
@@ -162,22 +163,22 @@ def _exit_summary(returncode: int) -> str:
 
 def _success(value: Any, finished: Finished) -> Outcome:
     if not finished.stdout and not finished.stderr:
-        return Outcome("success", result=value)
-    return Outcome("success", result={"value": value, "stdout": finished.stdout, "stderr": finished.stderr})
+        return Outcome(AttemptStatus.SUCCESS, result=value)
+    return Outcome(AttemptStatus.SUCCESS, result={"value": value, "stdout": finished.stdout, "stderr": finished.stderr})
 
 
 def _from_document(finished: Finished) -> Outcome:
     """Turn the child's result document (or its absence) into an outcome."""
     if finished.result_too_large:
-        return Outcome("failed", error=_with_output(f"the result of run() is larger than {RESULT_LIMIT_BYTES} bytes",
-                                                    finished))
+        return Outcome(AttemptStatus.FAILED, error=_with_output(
+            f"the result of run() is larger than {RESULT_LIMIT_BYTES} bytes", finished))
     if not finished.result:
-        return Outcome("failed", error=_with_output(_exit_summary(finished.returncode), finished))
+        return Outcome(AttemptStatus.FAILED, error=_with_output(_exit_summary(finished.returncode), finished))
     try:
         document = json.loads(finished.result)
         ok, kind = bool(document["ok"]), document.get("kind")
     except (ValueError, KeyError, TypeError, AttributeError):
-        return Outcome("failed", error=_with_output("the result channel carried malformed data", finished))
+        return Outcome(AttemptStatus.FAILED, error=_with_output("the result channel carried malformed data", finished))
     if ok:
         return _success(document.get("value"), finished)
     error = str(document.get("error", "unknown error"))
@@ -185,12 +186,12 @@ def _from_document(finished: Finished) -> Outcome:
         error = f"the result of run() is not JSON: {error}"
     elif document.get("traceback"):
         error = f"{error}\n{_traceback_tail(str(document['traceback']))}"
-    return Outcome("failed", error=_with_output(error, finished))
+    return Outcome(AttemptStatus.FAILED, error=_with_output(error, finished))
 
 
-def _uncertain(request: ExecutionRequest) -> OutcomeStatus:
+def _uncertain(request: ExecutionRequest) -> AttemptStatus:
     """A killed attempt may have had effects: only an idempotent task can call it a plain failure."""
-    return "failed" if getattr(request.task, "idempotent", False) else "unknown"
+    return AttemptStatus.FAILED if getattr(request.task, "idempotent", False) else AttemptStatus.UNKNOWN
 
 
 # --- the executors -------------------------------------------------------------------------
@@ -210,21 +211,22 @@ class _CodeExecutor(ABC):
     def execute(self, request: ExecutionRequest) -> Outcome:
         started = time.monotonic()  # the timeout covers everything from here, process start-up included
         if request.signal.is_set():
-            return Outcome("interrupted", error=f"cancelled before the process started: {request.signal.reason}")
+            return Outcome(AttemptStatus.INTERRUPTED,
+                           error=f"cancelled before the process started: {request.signal.reason}")
         try:
             settings = _parse_settings(request.handler, self.kind)
             command = self._command()
         except ConfigError as exc:  # a handler stored by an older version, or `node` gone since registration
-            return Outcome("failed", error=f"cannot run the {self.language} task: {exc.message}")
+            return Outcome(AttemptStatus.FAILED, error=f"cannot run the {self.language} task: {exc.message}")
         try:
             payload = json.dumps({"code": settings.code, "context": _context_json(request.context)}).encode()
         except (TypeError, ValueError) as exc:
-            return Outcome("failed", error=f"the execution context is not JSON: {exc}")
+            return Outcome(AttemptStatus.FAILED, error=f"the execution context is not JSON: {exc}")
         deadline = started + settings.timeout_ms / 1000
         try:
             finished = run_child(command, payload, deadline, request.signal)
         except OSError as exc:
-            return Outcome("failed", error=f"could not start the {self.language} process: {exc}")
+            return Outcome(AttemptStatus.FAILED, error=f"could not start the {self.language} process: {exc}")
         if finished.ending == "timeout":
             return Outcome(_uncertain(request), error=_with_output(
                 f"timeout after {settings.timeout_ms} ms (process killed)", finished))

@@ -24,9 +24,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scheduler_core.errors import ConfigError
-from scheduler_core.executors.base import ExecutionContext, ExecutionRequest, Outcome, OutcomeStatus
+from scheduler_core.executors.base import ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.executors.worker_process import Finished, run_child
 from scheduler_core.masking import MASK, is_secret_name
+from scheduler_core.statuses import AttemptStatus
 from scheduler_core.validation import check_int, check_text, shown
 
 DEFAULT_TIMEOUT_MS = 30_000
@@ -304,15 +305,15 @@ def _result(returncode: int | None, stdout: str, stderr: str) -> dict[str, Any]:
     return {**result, "stdout": stdout, "stderr": stderr}
 
 
-def _uncertain(request: ExecutionRequest) -> OutcomeStatus:
+def _uncertain(request: ExecutionRequest) -> AttemptStatus:
     """The program may have had effects: only an idempotent task can call it a plain failure (and retry)."""
-    return "failed" if getattr(request.task, "idempotent", False) else "unknown"
+    return AttemptStatus.FAILED if getattr(request.task, "idempotent", False) else AttemptStatus.UNKNOWN
 
 
 def _not_started(report: Mapping[str, Any], settings: _Settings) -> Outcome:
     what = f"change to handler.cwd {settings.cwd}" if report.get("stage") == "cwd" else f"start {settings.argv[0]}"
-    return Outcome("failed", error=f"could not {what}: {report.get('error')} (errno {report.get('errno')}); "
-                                   "nothing ran")
+    return Outcome(AttemptStatus.FAILED,
+                   error=f"could not {what}: {report.get('error')} (errno {report.get('errno')}); nothing ran")
 
 
 def _judge(finished: Finished, settings: _Settings, request: ExecutionRequest) -> Outcome:
@@ -338,8 +339,8 @@ def _judge(finished: Finished, settings: _Settings, request: ExecutionRequest) -
         return Outcome(_uncertain(request), result, _with_stderr(
             f"killed by {_signal_name(-returncode)} (signal {-returncode}) before it exited", stderr))
     if returncode > 0:
-        return Outcome("failed", result, _with_stderr(f"exit status {returncode}", stderr))
-    return Outcome("success", result)
+        return Outcome(AttemptStatus.FAILED, result, _with_stderr(f"exit status {returncode}", stderr))
+    return Outcome(AttemptStatus.SUCCESS, result)
 
 
 # --- the executor --------------------------------------------------------------------------
@@ -363,11 +364,12 @@ class CommandExecutor:
     def execute(self, request: ExecutionRequest) -> Outcome:
         started = time.monotonic()  # the timeout covers everything from here, the supervisor's start included
         if request.signal.is_set():
-            return Outcome("interrupted", error=f"cancelled before the program started: {request.signal.reason}")
+            return Outcome(AttemptStatus.INTERRUPTED,
+                           error=f"cancelled before the program started: {request.signal.reason}")
         try:
             settings = _parse(request.handler, resolve=False)
         except ConfigError as exc:  # a handler stored by another version: refused before anything starts
-            return Outcome("failed", error=f"cannot run the command: {exc.field}: {exc.message}")
+            return Outcome(AttemptStatus.FAILED, error=f"cannot run the command: {exc.field}: {exc.message}")
         env = {**child_environment(settings.env), **context_variables(request.context)}
         payload = json.dumps({"argv": settings.argv, "env": env, "cwd": settings.cwd,
                               "grace_s": TERM_GRACE_S}).encode() + b"\n"
@@ -377,7 +379,7 @@ class CommandExecutor:
                                  output_limit=settings.max_output_bytes, keep_end=True, lifeline=True,
                                  term_grace_s=TERM_GRACE_S)
         except OSError as exc:
-            return Outcome("failed", error=f"could not start the command's supervisor: {exc}; nothing ran")
+            return Outcome(AttemptStatus.FAILED, error=f"could not start the command's supervisor: {exc}; nothing ran")
         return _judge(finished, settings, request)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from scheduler_core.errors import ConfigError, SchedulerTaskSkippedError
 from scheduler_core.executors.base import ExecutionRequest, Outcome
+from scheduler_core.statuses import AttemptStatus
 
 
 class HookExecutor:
@@ -22,16 +23,16 @@ class HookExecutor:
     def execute(self, request: ExecutionRequest) -> Outcome:
         hook = request.hooks.on_task_execute
         if hook is None:
-            return Outcome("interrupted", error="missing handler: no on_task_execute hook is set")
+            return Outcome(AttemptStatus.INTERRUPTED, error="missing handler: no on_task_execute hook is set")
         event = request.hooks.event(request)
         try:
             result = hook(event)
         except SchedulerTaskSkippedError as exc:
-            return Outcome("interrupted", error=f"skipped by the handler: {exc.message}")
+            return Outcome(AttemptStatus.INTERRUPTED, error=f"skipped by the handler: {exc.message}")
         except Exception as exc:
-            return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+            return Outcome(AttemptStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         try:
             json.dumps(result)
         except (TypeError, ValueError):
-            return Outcome("failed", error=f"the handler's result is not JSON ({type(result).__name__})")
-        return Outcome("success", result=result)
+            return Outcome(AttemptStatus.FAILED, error=f"the handler's result is not JSON ({type(result).__name__})")
+        return Outcome(AttemptStatus.SUCCESS, result=result)

@@ -19,6 +19,7 @@ import requests
 from scheduler_core.errors import ConfigError
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.masking import MASK, is_secret_name, mask_url
+from scheduler_core.statuses import AttemptStatus
 from scheduler_core.transport import HttpRequest, HttpResult, exchange, root_cause
 from scheduler_core.validation import check_int, shown
 
@@ -112,7 +113,7 @@ def _validate_int(config: Mapping[str, Any], name: str, default: int, low: int, 
 
 def _ambiguous(idempotent: bool, error: str, result: Any = None) -> Outcome:
     """The request may have reached the server: retry only what is idempotent."""
-    return Outcome("failed" if idempotent else "unknown", result, error)
+    return Outcome(AttemptStatus.FAILED if idempotent else AttemptStatus.UNKNOWN, result, error)
 
 
 def _describe(exc: BaseException, request: HttpRequest) -> str:
@@ -162,11 +163,11 @@ def _stopped(answer: HttpResult, request: HttpRequest, idempotent: bool, signal:
     if answer.stopped == "cancelled":
         if answer.established:
             return _ambiguous(idempotent, _cancelled(signal))
-        return Outcome("interrupted", error=_cancelled(signal))
+        return Outcome(AttemptStatus.INTERRUPTED, error=_cancelled(signal))
     error = f"timeout after {request.timeout_ms} ms"
     if answer.established:
         return _ambiguous(idempotent, error)
-    return Outcome("failed", error=f"{error}; the request was not sent")
+    return Outcome(AttemptStatus.FAILED, error=f"{error}; the request was not sent")
 
 
 def _judge(answer: HttpResult, request: HttpRequest, idempotent: bool, signal: CancelSignal) -> Outcome:
@@ -174,18 +175,18 @@ def _judge(answer: HttpResult, request: HttpRequest, idempotent: bool, signal: C
         return _stopped(answer, request, idempotent, signal)
     if isinstance(answer.error, Exception):  # the connection, or the body, failed
         if not answer.established:
-            return Outcome("failed", error=f"request not sent: {_describe(answer.error, request)}")
+            return Outcome(AttemptStatus.FAILED, error=f"request not sent: {_describe(answer.error, request)}")
         return _ambiguous(idempotent, "connection lost after the request may have been sent: "
                                       f"{_describe(answer.error, request)}")
     if answer.error is not None:  # not an Exception: the worker itself broke down
-        return Outcome("failed", error=f"executor error: {type(answer.error).__name__}")
+        return Outcome(AttemptStatus.FAILED, error=f"executor error: {type(answer.error).__name__}")
     status = answer.status or 0
     text = f"HTTP {status} {answer.reason}".strip()[:200]
     if answer.body is None:
         suffix = "" if 200 <= status < 300 else f" ({text})"
         return _ambiguous(idempotent, f"response exceeded max_response_bytes ({request.body_limit}){suffix}")
     if 200 <= status < 300:
-        return Outcome("success", _result(answer.body))
+        return Outcome(AttemptStatus.SUCCESS, _result(answer.body))
     return _ambiguous(idempotent, text, _result(answer.body))
 
 
@@ -238,9 +239,9 @@ class HttpExecutor:
         try:
             config = self.validate(request.handler)
         except ConfigError as exc:  # refused before anything is sent
-            return Outcome("failed", error=f"{exc.code} {exc.name} {exc.message}")
+            return Outcome(AttemptStatus.FAILED, error=f"{exc.code} {exc.name} {exc.message}")
         if request.signal.is_set():
-            return Outcome("interrupted", error=_cancelled(request.signal))
+            return Outcome(AttemptStatus.INTERRUPTED, error=_cancelled(request.signal))
         http = HttpRequest(method=config["method"], url=config["url"], timeout_ms=config["timeout"],
                            body_limit=config["max_response_bytes"], user_agent="hai-scheduler",
                            headers=request_headers(config["headers"], request.context),

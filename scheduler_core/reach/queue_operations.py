@@ -94,7 +94,7 @@ def held_until(entry: QueueEntry, now_ms: int, dnd: DndConfig | None) -> int | N
     Two cases: its next attempt falls inside the window (rounds do not run there, so it waits
     for the window's end), or it was deferred by ``send`` inside the window (never attempted,
     no failure, due in the future: only a DND delay enqueues a message for later)."""
-    if entry.status != "pending":
+    if entry.status != QueueStatus.PENDING:
         return None
     due = max(entry.next_attempt_at, now_ms)
     if dnd is not None and in_window(dnd, due):
@@ -124,11 +124,11 @@ class QueueOperations:
         return {status: found.get(status, 0) for status in QUEUE_STATUSES}
 
     def list(self, status: str, limit: int = 50, offset: int = 0) -> list[QueueEntry]:
-        if check_choice(status, "status", QueueStatus, ReachConfigError) not in (QueueStatus.DEAD,
-                                                                                  QueueStatus.UNKNOWN):
+        listed = check_choice(status, "status", QueueStatus, ReachConfigError)
+        if listed not in (QueueStatus.DEAD, QueueStatus.UNKNOWN):
             raise ReachConfigError("status", f"must be dead or unknown (got {status!r})")
         check_page(limit, offset, ReachConfigError)
-        return self._repo().list(status, limit, offset)
+        return self._repo().list(listed, limit, offset)
 
     def browse(self, status: str, *, provider: str | None = None, failure: str | None = None,
                template: str | None = None, limit: int = 50, after: str | None = None) -> QueuePage:
@@ -155,7 +155,7 @@ class QueueOperations:
         The grace keeps out a row whose dead write evaluated its DB time just before the preview
         but committed just after it (invisible to the count, yet below the bound): every queue
         write is one short transaction, committed well within the grace."""
-        where = _filter("dead", provider, failure, template)
+        where = _filter(QueueStatus.DEAD, provider, failure, template)
         repo = self._repo()
         captured = repo.capture_dead(where, repo.now() - SETTLE_GRACE_MS, BULK_MAX)
         return BulkPreview(provider, failure, template, captured.bound_at, captured.bound_id, captured.count,
@@ -183,7 +183,7 @@ class QueueOperations:
         queue_id = _queue_id(queue_id)
         check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
         entry = self._existing(queue_id)
-        if entry.status != "dead":
+        if entry.status != QueueStatus.DEAD:
             raise ReachError(f"queue entry {queue_id} is {entry.status}; only dead entries can be requeued "
                              "(unknown ones need resolve_unknown)", queue_id=queue_id)
         if not self._repo().requeue_dead(queue_id, expected_updated_at):
@@ -195,14 +195,14 @@ class QueueOperations:
                         resolved_by: str | None = None, expected_updated_at: int | None = None) -> QueueEntry:
         """unknown -> sent | discarded; with ``expected_updated_at``, only at that version."""
         queue_id = _queue_id(queue_id)
-        check_choice(status, "status", DeliveryResolution, ReachConfigError)
+        verdict = check_choice(status, "status", DeliveryResolution, ReachConfigError)
         check_optional_text(message_id, "message_id", 255, ReachConfigError, single_line=True)
         check_optional_text(resolved_by, "resolved_by", ID_MAX, ReachConfigError, single_line=True)
         if expected_updated_at is not None:
             check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
         entry = self._existing(queue_id)
-        if entry.status != "unknown" or not self._repo().resolve_unknown(queue_id, status, message_id, resolved_by,
-                                                                         expected_updated_at):
+        if entry.status != QueueStatus.UNKNOWN or not self._repo().resolve_unknown(
+                queue_id, verdict, message_id, resolved_by, expected_updated_at):
             raise ReachError(f"queue entry {queue_id} is not unknown at the version read (any more)",
                              queue_id=queue_id, conflict=True)
         return self._existing(queue_id)
@@ -226,10 +226,10 @@ def _int(value: Any, field: str, low: int, high: int) -> int:
 
 
 def _filter(status: Any, provider: Any, failure: Any, template: Any) -> QueueFilter:
-    check_choice(status, "status", QueueStatus, ReachConfigError)
+    listed = check_choice(status, "status", QueueStatus, ReachConfigError)
     if failure is not None and (not isinstance(failure, str) or failure not in FAILURE_CLASSES):
         raise ReachConfigError("failure", f"must be one of {', '.join(FAILURE_CLASSES)} (got {shown(failure)})")
-    return QueueFilter(status, check_optional_text(provider, "provider", 64, ReachConfigError, single_line=True),
+    return QueueFilter(listed, check_optional_text(provider, "provider", 64, ReachConfigError, single_line=True),
                        failure, check_optional_text(template, "template", ID_MAX, ReachConfigError))
 
 
@@ -246,7 +246,7 @@ def _cursor(value: Any) -> tuple[int, str] | None:
 def _checked_preview(preview: BulkPreview) -> tuple[QueueFilter, DeadSet]:
     if not isinstance(preview, BulkPreview):
         raise ReachConfigError("preview", "must be the BulkPreview returned by preview_bulk_requeue")
-    where = _filter("dead", preview.provider, preview.failure, preview.template)
+    where = _filter(QueueStatus.DEAD, preview.provider, preview.failure, preview.template)
     bound_at = check_ms(preview.bound_at, "bound_at", ReachConfigError)
     bound_id = None if preview.bound_id is None else _queue_id(preview.bound_id, "bound_id")
     return where, DeadSet(bound_at, bound_id, _int(preview.count, "count", 0, BULK_MAX))

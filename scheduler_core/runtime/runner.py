@@ -167,13 +167,14 @@ class Runner:
         hooks.observe("on_task_start", hooks.event(request))
         executor = self.ctx.executors.get(str(request.handler.get("kind", "hook")))
         if executor is None:
-            outcome = Outcome("interrupted", error=f"missing handler: no executor for {request.handler.get('kind')!r}")
+            outcome = Outcome(AttemptStatus.INTERRUPTED,
+                              error=f"missing handler: no executor for {request.handler.get('kind')!r}")
         else:
             try:
                 outcome = executor.execute(request)
             except Exception as exc:  # an executor bug must not leave the slot held forever
-                outcome = Outcome("failed", error=f"executor error: {type(exc).__name__}: {exc}")
-        name = "on_task_finish" if outcome.status == "success" else "on_task_error"
+                outcome = Outcome(AttemptStatus.FAILED, error=f"executor error: {type(exc).__name__}: {exc}")
+        name = "on_task_finish" if outcome.status == AttemptStatus.SUCCESS else "on_task_error"
         hooks.observe(name, hooks.event(request, status=outcome.status, result=outcome.result, error=outcome.error))
         self._record(outcome)
         return outcome
@@ -189,13 +190,13 @@ class Runner:
             return self._cancelled_after_start()
         task = self.owned.task
         assert task is not None
-        if outcome.status == "success":
+        if outcome.status == AttemptStatus.SUCCESS:
             return self._finish(ExecutionStatus.SUCCESS, None, release=True)
-        if outcome.status == "interrupted":
+        if outcome.status == AttemptStatus.INTERRUPTED:
             return self._finish(ExecutionStatus.INTERRUPTED, "handler", release=True)
         if task.idempotent and len(self.owned.attempts) < self.owned.execution.max_attempts:
             return self._wait_for_retry()
-        if outcome.status == "unknown":
+        if outcome.status == AttemptStatus.UNKNOWN:
             return self._finish(ExecutionStatus.UNKNOWN, "outcome_unknown", release=False)
         return self._finish(ExecutionStatus.FAILED, None, release=True)
 

@@ -105,7 +105,7 @@ class TaskState:
     state: TaskStateName
     blocked_by: str | None  # the occurrence id holding the slot, when blocked
     skipped_since: int  # occurrences journaled skipped since the blocking one began
-    last_outcome: str | None  # status of the newest journal row; None when it never ran
+    last_outcome: ExecutionStatus | None  # status of the newest journal row; None when it never ran
     paused: Pause | None  # who paused it, why, until when
 
 

@@ -62,7 +62,7 @@ class JournalEvent:
     task_id: str
     task_name: str | None
     node_group: str | None
-    status: str
+    status: ExecutionStatus
     reason: str | None
     trigger: str
     scheduled_minute: int | None
@@ -341,6 +341,6 @@ def _event(row: Row[Any]) -> JournalEvent:
     error = attempts[-1].get("error") if attempts and isinstance(attempts[-1], dict) else None
     return JournalEvent(
         occurrence_id=d["occurrence_id"], task_id=d["task_id"], task_name=d["task_name"], node_group=d["node_group"],
-        status=d["status"], reason=d["reason"], trigger=d["trigger"],
+        status=ExecutionStatus(d["status"]), reason=d["reason"], trigger=d["trigger"],
         scheduled_minute=optional_ms(d["scheduled_minute"], "scheduled_minute"), owner_node=d["owner_node"],
         error=error, created_at=to_ms(d["created_at"], "created_at"), updated_at=to_ms(d["updated_at"], "updated_at"))

@@ -15,13 +15,13 @@ from sqlalchemy.engine import Connection, Engine, Row
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import executions, logs, nodes, tasks
 from scheduler_core.model import Execution, ExecutionLog
+from scheduler_core.statuses import FAILURE_STATUSES, ExecutionStatus, LogPersistenceStatus
 from scheduler_core.store.executions import execution_from_row
 from scheduler_core.store.logs import LogFilter, log_from_row
 from scheduler_core.store.transactions import read
 
 T = TypeVar("T")
 HOUR_MS = 3_600_000
-FAILURE_STATUSES = ("failed", "interrupted", "unknown")  # what the chart counts as failures
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class RunCell:
 
     occurrence_id: str
     task_id: str
-    status: str
+    status: ExecutionStatus
     reason: str | None
     trigger: str
     created_at: int  # when it was journaled (DB clock ms)
@@ -207,7 +207,7 @@ class JournalQueries:
         def work(conn: Connection) -> dict[str, list[RunCell]]:
             found: dict[str, list[RunCell]] = {}
             for row in conn.execute(query, params):
-                cell = RunCell(row.occurrence_id, row.task_id, row.status, row.reason, row.trigger,
+                cell = RunCell(row.occurrence_id, row.task_id, ExecutionStatus(row.status), row.reason, row.trigger,
                                to_ms(row.created_at, "created_at"),
                                optional_ms(row.scheduled_minute, "scheduled_minute"))
                 found.setdefault(cell.task_id, []).append(cell)
@@ -255,7 +255,7 @@ class JournalQueries:
 
     def log_failure_count(self, cap: int) -> BoundedCount:
         """Journal rows whose log projection is pending, up to ``cap`` (the log_persistence index)."""
-        query = select(executions.c.occurrence_id).where(executions.c.log_persistence == "pending")
+        query = select(executions.c.occurrence_id).where(executions.c.log_persistence == LogPersistenceStatus.PENDING)
         return read(self.engine, lambda conn: _bounded(conn, query, cap))
 
     def task_count(self) -> int:
@@ -298,7 +298,7 @@ class JournalQueries:
                 slot = int(index)
                 if 0 <= slot < hours:
                     totals[slot] += int(count)
-                    if status in FAILURE_STATUSES:
+                    if status in FAILURE_STATUSES:  # what the chart counts as failures
                         failures[slot] += int(count)
             return [HourBucket(first + i * HOUR_MS, totals[i], failures[i]) for i in range(hours)]
 

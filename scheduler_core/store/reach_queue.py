@@ -28,7 +28,7 @@ from scheduler_core.store.reach_queue_pages import QueueEntry, QueuePages, entry
 from scheduler_core.store.totals import Tally
 from scheduler_core.store.transactions import one_row, read, write
 
-OWNED_STATUSES = ("processing", "sending")
+OWNED_STATUSES = (QueueStatus.PROCESSING, QueueStatus.SENDING)
 _OWNED = Owned(reach_queue.c.queue_id, reach_queue.c.updated_at, (reach_queue.c.provider,))
 
 
@@ -59,7 +59,7 @@ class Settlement:
 def _claimed(row: Row[Any], token: str, locked_until: int, at: int) -> QueuedMessage:
     """A row read by a claim, as the claim's UPDATE left it (same values, computed alike)."""
     message = _message(row)
-    entry = replace(message.entry, status="processing", attempt_count=message.entry.attempt_count + 1,
+    entry = replace(message.entry, status=QueueStatus.PROCESSING, attempt_count=message.entry.attempt_count + 1,
                     locked_until=locked_until, updated_at=max(at, message.entry.updated_at + 1))
     return replace(message, entry=entry, lock_token=token)
 
@@ -92,7 +92,7 @@ class QueueRepository(QueuePages):
             now = db_statement_now_ms()  # one reading: created_at = updated_at
             conn.execute(reach_queue.insert().values(
                 queue_id=queue_id, provider=provider, template=template, recipient=recipient, subject=subject,
-                body=body, extra=extra, status="pending", attempt_count=0, max_attempts=max_attempts,
+                body=body, extra=extra, status=QueueStatus.PENDING, attempt_count=0, max_attempts=max_attempts,
                 retry_delay_ms=delay, max_retry_delay_ms=max_delay,
                 next_attempt_at=now if not_before is None else not_before, created_at=now, updated_at=now))
 
@@ -117,7 +117,7 @@ class QueueRepository(QueuePages):
         def work(conn: Connection) -> list[QueuedMessage]:
             now = db_now_ms().label("claim_now")
             due = (select(reach_queue, now)
-                   .where(reach_queue.c.status == "pending", reach_queue.c.next_attempt_at <= eligible_at)
+                   .where(reach_queue.c.status == QueueStatus.PENDING, reach_queue.c.next_attempt_at <= eligible_at)
                    .order_by(reach_queue.c.next_attempt_at, reach_queue.c.queue_id).limit(limit))
             if urgent_only:
                 due = due.where(reach_queue.c.urgent.is_(True))
@@ -129,9 +129,9 @@ class QueueRepository(QueuePages):
             at = to_ms(rows[0]._mapping["claim_now"], "db_now_ms")
             ids = [row._mapping["queue_id"] for row in rows]
             claimed = conn.execute(update(reach_queue).where(
-                reach_queue.c.queue_id.in_(ids), reach_queue.c.status == "pending",
-            ).values(status="processing", lock_token=token, locked_by=self.node_id, locked_until=at + self.lease_ms,
-                     attempt_count=reach_queue.c.attempt_count + 1,
+                reach_queue.c.queue_id.in_(ids), reach_queue.c.status == QueueStatus.PENDING,
+            ).values(status=QueueStatus.PROCESSING, lock_token=token, locked_by=self.node_id,
+                     locked_until=at + self.lease_ms, attempt_count=reach_queue.c.attempt_count + 1,
                      updated_at=greatest(conn, literal(at, BigInteger()), reach_queue.c.updated_at + 1))).rowcount
             if claimed != len(ids):  # the rows are locked (servers) or the writer is alone (SQLite)
                 raise DatabaseError(f"claim changed {claimed} of {len(ids)} locked rows; rolled back")
@@ -142,7 +142,7 @@ class QueueRepository(QueuePages):
     def any_due(self, eligible_at: int, urgent_only: bool = False) -> bool:
         """Whether a ``pending`` row is due at ``eligible_at`` (a plain read: it sees rows that
         another claimer holds locked, uncommitted, and that ``claim_due`` skipped)."""
-        due = select(reach_queue.c.queue_id).where(reach_queue.c.status == "pending",
+        due = select(reach_queue.c.queue_id).where(reach_queue.c.status == QueueStatus.PENDING,
                                                    reach_queue.c.next_attempt_at <= eligible_at).limit(1)
         if urgent_only:
             due = due.where(reach_queue.c.urgent.is_(True))
@@ -153,12 +153,12 @@ class QueueRepository(QueuePages):
         claimed = self.claim_due(eligible_at, token, 1, urgent_only)
         return claimed[0] if claimed else None
 
-    def _owned_by(self, ids: builtins.list[str], token: str, statuses: tuple[str, ...]) -> Any:
+    def _owned_by(self, ids: builtins.list[str], token: str, statuses: tuple[QueueStatus, ...]) -> Any:
         """Still ours: one of ``ids``, our token, in ``statuses``, lease unexpired (DB clock, now)."""
         return and_(reach_queue.c.queue_id.in_(ids), reach_queue.c.lock_token == token,
                     reach_queue.c.status.in_(statuses), reach_queue.c.locked_until > db_now_ms())
 
-    def _owner_write(self, ids: builtins.list[str], token: str, statuses: tuple[str, ...],
+    def _owner_write(self, ids: builtins.list[str], token: str, statuses: tuple[QueueStatus, ...],
                      values: Callable[[Connection], dict[str, Any]], bind: Connection | None = None,
                      tally: Callable[[dict[str, str]], Tally] | None = None) -> set[str]:
         """An owner's lease-checked UPDATE of ``ids`` in one transaction (``store/owner_write.py``:
@@ -181,8 +181,8 @@ class QueueRepository(QueuePages):
     def mark_sending_many(self, ids: builtins.list[str], token: str, conn: Connection | None = None) -> set[str]:
         """processing -> sending for a wave, written right before its provider calls (lease
         extended); the ids still ours (the others must not be sent)."""
-        return self._owner_write(ids, token, ("processing",), lambda c: {
-            "status": "sending", "locked_until": db_now_ms() + self.lease_ms, "updated_at": self._touch(c)},
+        return self._owner_write(ids, token, (QueueStatus.PROCESSING,), lambda c: {
+            "status": QueueStatus.SENDING, "locked_until": db_now_ms() + self.lease_ms, "updated_at": self._touch(c)},
             conn)
 
     def mark_sending(self, queue_id: str, token: str) -> bool:
@@ -246,7 +246,7 @@ class QueueRepository(QueuePages):
                 and row.last_error == by_id[row.queue_id].last_error
                 and by_id[row.queue_id].message_id in (None, row.message_id)}
 
-    def settle(self, queue_id: str, token: str, status: str, *, message_id: str | None = None,
+    def settle(self, queue_id: str, token: str, status: QueueStatus, *, message_id: str | None = None,
                last_failure: str | None = None, retry_in_ms: int | None = None, last_error: str | None = None) -> bool:
         """``settle_many`` of one row."""
         return queue_id in self.settle_many(token, [Settlement(queue_id, QueueStatus(status), message_id, last_failure,
@@ -261,7 +261,7 @@ class QueueRepository(QueuePages):
                  .order_by(reach_queue.c.locked_until).limit(limit))
         return read(self.engine, lambda conn: [_message(r) for r in conn.execute(query)])
 
-    def recover(self, message: QueuedMessage, status: str, last_failure: str | None,
+    def recover(self, message: QueuedMessage, status: QueueStatus, last_failure: str | None,
                 retry_in_ms: int | None = None, last_error: str | None = None) -> bool:
         """Settle an expired claim (same token, still expired) without its owner."""
 

@@ -16,6 +16,7 @@ from sqlalchemy.sql import ColumnElement
 
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import reach_queue
+from scheduler_core.statuses import DeliveryResolution, QueueStatus
 from scheduler_core.store.captured_sets import Captured, UpdatedKey
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.totals import Tally
@@ -31,7 +32,7 @@ class QueueEntry:
     queue_id: str
     provider: str
     template: str | None
-    status: str  # pending | processing | sending | sent | unknown | dead | discarded
+    status: QueueStatus
     attempt_count: int
     max_attempts: int
     retry_delay_ms: int
@@ -48,7 +49,7 @@ class QueueEntry:
 def entry_from_row(row: Row[Any]) -> QueueEntry:
     d = row._mapping
     return QueueEntry(
-        queue_id=d["queue_id"], provider=d["provider"], template=d["template"], status=d["status"],
+        queue_id=d["queue_id"], provider=d["provider"], template=d["template"], status=QueueStatus(d["status"]),
         attempt_count=int(d["attempt_count"]), max_attempts=int(d["max_attempts"]),
         retry_delay_ms=to_ms(d["retry_delay_ms"], "retry_delay_ms"),
         max_retry_delay_ms=to_ms(d["max_retry_delay_ms"], "max_retry_delay_ms"),
@@ -76,7 +77,7 @@ class QueuePages:
         query = select(reach_queue.c.status, func.count()).group_by(reach_queue.c.status)
         return read(self.engine, lambda conn: {row[0]: int(row[1]) for row in conn.execute(query)})
 
-    def list(self, status: str, limit: int, offset: int) -> list[QueueEntry]:
+    def list(self, status: QueueStatus, limit: int, offset: int) -> list[QueueEntry]:
         query = (select(reach_queue).where(reach_queue.c.status == status)
                  .order_by(reach_queue.c.updated_at, reach_queue.c.queue_id).limit(limit).offset(offset))
         return read(self.engine, lambda conn: [entry_from_row(r) for r in conn.execute(query)])
@@ -86,18 +87,18 @@ class QueuePages:
 
         def work(conn: Connection) -> bool:
             return one_row(conn.execute(update(reach_queue).where(
-                reach_queue.c.queue_id == queue_id, reach_queue.c.status == "dead",
+                reach_queue.c.queue_id == queue_id, reach_queue.c.status == QueueStatus.DEAD,
                 reach_queue.c.updated_at == expected_updated_at,
-            ).values(status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None, last_error=None,
-                     updated_at=self._touch(conn))))
+            ).values(status=QueueStatus.PENDING, attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None,
+                     last_error=None, updated_at=self._touch(conn))))
 
         return write(self.engine, work)
 
-    def resolve_unknown(self, queue_id: str, status: str, message_id: str | None, resolved_by: str | None,
-                        expected_updated_at: int | None = None) -> bool:
+    def resolve_unknown(self, queue_id: str, status: DeliveryResolution, message_id: str | None,
+                        resolved_by: str | None, expected_updated_at: int | None = None) -> bool:
         """unknown -> sent | discarded (an operator's verdict); exactly one concurrent call wins.
         With ``expected_updated_at`` it applies only at that version (the page the verdict was made on)."""
-        conditions = [reach_queue.c.queue_id == queue_id, reach_queue.c.status == "unknown"]
+        conditions = [reach_queue.c.queue_id == queue_id, reach_queue.c.status == QueueStatus.UNKNOWN]
         if expected_updated_at is not None:
             conditions.append(reach_queue.c.updated_at == expected_updated_at)
 
@@ -114,12 +115,12 @@ class QueuePages:
 
     # --- dashboard: filtered lists, keyset pages, bulk requeue ---------------------------------
 
-    def count_by_status_capped(self, statuses: tuple[str, ...], cap: int) -> dict[str, int]:
+    def count_by_status_capped(self, statuses: tuple[QueueStatus, ...], cap: int) -> dict[str, int]:
         """Messages per status, each counted up to ``cap + 1`` rows: a bounded index range scan
         on (status, ...) per status, however many sent rows have piled up."""
 
         def work(conn: Connection) -> dict[str, int]:
-            found = {}
+            found: dict[str, int] = {}
             for status in statuses:
                 capped = select(reach_queue.c.queue_id).where(reach_queue.c.status == status).limit(cap + 1)
                 found[status] = int(conn.execute(select(func.count()).select_from(capped.subquery())).scalar_one())
@@ -167,9 +168,9 @@ class QueuePages:
                         for queue_id, version in versions))
 
         def work(conn: Connection) -> int:
-            return int(conn.execute(update(reach_queue).where(reach_queue.c.status == "dead", matches).values(
-                status="pending", attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None, last_error=None,
-                updated_at=self._touch(conn))).rowcount)
+            return int(conn.execute(update(reach_queue).where(reach_queue.c.status == QueueStatus.DEAD, matches).values(
+                status=QueueStatus.PENDING, attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None,
+                last_error=None, updated_at=self._touch(conn))).rowcount)
 
         return write(self.engine, work)
 
@@ -177,7 +178,7 @@ class QueuePages:
 class QueueFilter:
     """Which rows a dashboard list shows: a status and optional exact matches."""
 
-    status: str
+    status: QueueStatus
     provider: str | None = None
     failure: str | None = None  # last_failure: the failure class
     template: str | None = None

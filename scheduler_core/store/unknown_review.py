@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.db.tables import executions
 from scheduler_core.model import Execution
+from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.captured_sets import Captured, UpdatedKey
 from scheduler_core.store.executions import execution_from_row
 from scheduler_core.store.transactions import read
@@ -25,7 +26,7 @@ class UnknownFilter:
     reason: str | None = None
 
     def condition(self) -> ColumnElement[bool]:
-        parts = [executions.c.status == "unknown"]
+        parts = [executions.c.status == ExecutionStatus.UNKNOWN]
         if self.task_id is not None:
             parts.append(executions.c.task_id == self.task_id)
         if self.reason is not None:

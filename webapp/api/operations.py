@@ -19,6 +19,7 @@ from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.reach.queue import QueueRow
 from scheduler_core.runtime.accounts import MAX_REASON
 from scheduler_core.runtime.execution_operations import Cursor
+from scheduler_core.statuses import DeliveryResolution, LogPersistenceStatus, QueueStatus, Resolution
 from scheduler_core.validation import check_text
 from webapp.api import schemas as s
 from webapp.api.core import Caller, not_found, operation
@@ -95,10 +96,10 @@ def get_execution(caller: Caller, occurrence_id: s.OccurrenceId) -> s.Execution:
            summary="Settle an unknown execution as success or discarded, at the version read", role="operator",
            body=s.ResolveExecution, response=s.Execution)
 def resolve_execution(caller: Caller, body: s.ResolveExecution, occurrence_id: s.OccurrenceId) -> s.Execution:
-    reason = _review(str(body.status), ("success", "discarded"), body.reason)
+    reason = _review(body.status, tuple(Resolution), body.reason)
     execution = scheduler_of(current_app).execution
     before = execution.get(occurrence_id)
-    after = execution.resolve_unknown(occurrence_id, str(body.status), body.expected_updated_at, caller.name, reason)
+    after = execution.resolve_unknown(occurrence_id, body.status, body.expected_updated_at, caller.name, reason)
     caller.audit("execution.resolve_unknown", occurrence_id, before={"status": before.status},
                  after={"status": after.status}, reason=reason)
     return execution_out(after, with_attempts=True)
@@ -130,7 +131,7 @@ def list_log_failures(caller: Caller, query: s.OffsetQuery) -> s.LogFailures:
 def repair_log(caller: Caller, occurrence_id: s.OccurrenceId) -> s.Repaired:
     result = scheduler_of(current_app).execution.repair_log(occurrence_id)
     if result.repaired:
-        caller.audit("log.repair", occurrence_id, before={"log_persistence": "pending"},
+        caller.audit("log.repair", occurrence_id, before={"log_persistence": LogPersistenceStatus.PENDING},
                      after={"log_persistence": result.log_persistence})
     return s.Repaired(occurrence_id=result.occurrence_id, log_persistence=result.log_persistence,
                       repaired=result.repaired)
@@ -176,7 +177,7 @@ def _existing_entry(queue_id: s.QueueId) -> Any:
 @operation("GET", "/notifications/dead", summary="Dead letters, newest change first", role="viewer",
            query=s.DeadQuery, response=s.DeliveryPage)
 def list_dead(caller: Caller, query: s.DeadQuery) -> s.DeliveryPage:
-    page = reach_of(current_app).queue.browse("dead", provider=query.provider, failure=query.failure,
+    page = reach_of(current_app).queue.browse(QueueStatus.DEAD, provider=query.provider, failure=query.failure,
                                               template=query.template, limit=query.limit, after=query.after)
     return s.DeliveryPage(rows=[_delivery(row) for row in page.rows], next_after=page.next_after)
 
@@ -184,7 +185,7 @@ def list_dead(caller: Caller, query: s.DeadQuery) -> s.DeliveryPage:
 @operation("GET", "/notifications/unknown", summary="Deliveries whose outcome is unknown", role="viewer",
            query=s.UnknownQuery, response=s.DeliveryPage)
 def list_unknown_deliveries(caller: Caller, query: s.UnknownQuery) -> s.DeliveryPage:
-    page = reach_of(current_app).queue.browse("unknown", limit=query.limit, after=query.after)
+    page = reach_of(current_app).queue.browse(QueueStatus.UNKNOWN, limit=query.limit, after=query.after)
     return s.DeliveryPage(rows=[_delivery(row) for row in page.rows], next_after=page.next_after)
 
 
@@ -203,10 +204,10 @@ def requeue_dead(caller: Caller, body: s.Version, queue_id: s.QueueId) -> s.Deli
            summary="Settle an unknown delivery as sent or discarded, at the version read", role="operator",
            body=s.ResolveDelivery, response=s.Delivery)
 def resolve_delivery(caller: Caller, body: s.ResolveDelivery, queue_id: s.QueueId) -> s.Delivery:
-    status = str(body.status)
-    reason = _review(status, ("sent", "discarded"), body.reason)
+    status = body.status
+    reason = _review(status, tuple(DeliveryResolution), body.reason)
     message_id = (body.message_id or "").strip() or None
-    if status == "discarded" and message_id:
+    if status == DeliveryResolution.DISCARDED and message_id:
         raise ConfigError("message_id", 'a message id only goes with "sent"')
     queue = reach_of(current_app).queue
     before = _existing_entry(queue_id)

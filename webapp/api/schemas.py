@@ -11,9 +11,19 @@ with the same code and field.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
+from pydantic_core import CoreSchema, core_schema
 
 from scheduler_core.model import (
     CATCHUP_WINDOW_MAX_MS,
@@ -59,6 +69,18 @@ MAX_BACKOFF_MS = 86_400_000
 def _values(choices: Any) -> Any:
     """An enum's values as a Literal: a refusal lists 'queued', 'running', ..., not the members' repr."""
     return Literal[tuple(str(choice) for choice in choices)]
+
+
+class _ByValue:
+    """Field metadata: ``Annotated[SomeStrEnum, BY_VALUE]`` is checked as ``_values(SomeStrEnum)``
+    is (the same JSON schema, the same refusal listing the values, a string accepted by a strict
+    model), and holds the enum's member."""
+
+    def __get_pydantic_core_schema__(self, source: type[StrEnum], handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(source, handler.generate_schema(_values(source)))
+
+
+BY_VALUE = _ByValue()
 
 
 def _omit_default(schema: dict[str, Any]) -> None:
@@ -314,7 +336,7 @@ class ExecutionPage(BaseModel):
 
 
 class ExecutionQuery(Query):
-    status: _values(ExecutionStatus) | None = None  # type: ignore[valid-type]
+    status: Annotated[ExecutionStatus, BY_VALUE] | None = None
     task_id: Id | None = None
     limit: Limit = 50
     before: JournalCursor | None = Field(default=None, description="older: the answer's older cursor (not with after)")
@@ -322,7 +344,7 @@ class ExecutionQuery(Query):
 
 
 class ResolveExecution(Strict):
-    status: _values(Resolution)  # type: ignore[valid-type]
+    status: Annotated[Resolution, BY_VALUE]
     reason: Reason = Field(description="required: what was checked (goes into the audit trail)")
     expected_updated_at: Ms
 
@@ -355,7 +377,7 @@ class LogPage(BaseModel):
 
 class LogQuery(Query):
     task_id: Id | None = None
-    status: _values(AttemptStatus) | None = None  # type: ignore[valid-type]
+    status: Annotated[AttemptStatus, BY_VALUE] | None = None
     trigger_source: Id | None = None
     started_after: Ms | None = Field(default=None, description="inclusive, unix ms")
     started_before: Ms | None = Field(default=None, description="exclusive, unix ms")
@@ -436,7 +458,7 @@ class ResolveDelivery(Strict):
         "then": {"properties": {"message_id": {"anyOf": [
             {"type": "null"}, {"type": "string", "pattern": f"^[{WHITESPACE}]*$"}]}}}})
 
-    status: _values(DeliveryResolution)  # type: ignore[valid-type]
+    status: Annotated[DeliveryResolution, BY_VALUE]
     reason: Reason
     message_id: MessageId | None = None
     expected_updated_at: Ms
