@@ -51,7 +51,8 @@ OUTPUT = Path(os.environ.get("HAI_TEST_OUTPUT") or Path(__file__).resolve().pare
 def test_galera_node_killed_partitioned_and_a_scheduler_node_killed_run_nothing_twice_and_lose_nothing(
         galera: GaleraCluster) -> None:
     topology = GaleraTopology(galera)
-    run = FailoverRun(topology, "faults", OUTPUT / "faults", lease_ms=8_000, minutes=5)
+    run = FailoverRun(topology, "faults", OUTPUT / "faults", lease_ms=8_000, minutes=5,
+                      lead_s=20.0)  # a start on Galera first watches the others' heartbeats (up to 7.5 s)
     try:
         run.start()
         killed = run.disturb("kill-galera", lambda: kill_galera_node(topology, 1, down_s=12), handlers=8)
