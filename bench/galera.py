@@ -31,7 +31,7 @@ from typing import Any
 import burst
 import limits
 import steady
-from _common import Target
+from _common import Target, base_parser
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.galera.cluster import GaleraCluster, unavailable_reason
@@ -100,13 +100,16 @@ def _row(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = base_parser(__doc__)
     parser.add_argument("--tasks", type=int, default=1_000, help="the burst's tasks")
     parser.add_argument("--steady-tasks", type=int, default=300, help="tasks due every minute of the steady run")
     parser.add_argument("--minutes", type=int, default=2, help="minutes of the steady run")
     parser.add_argument("--concurrency", type=int, default=8, help="max_concurrency per node")
     parser.add_argument("--json", action="store_true", help="end the output with one line of JSON")
     args = parser.parse_args()
+    for name in ("tasks", "steady_tasks", "minutes", "concurrency"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     problem = unavailable_reason()
     if problem:
         raise SystemExit(f"cannot start a Galera cluster here: {problem}")

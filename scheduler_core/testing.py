@@ -16,6 +16,7 @@ Refused when ``HAI_ENV=production``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from sqlalchemy.engine import Engine
@@ -57,16 +58,26 @@ def clock_offset(engine: Engine) -> int:
     return 0 if offset is None else int(offset())
 
 
-def set_clock_offset_from_env(engine: Engine, environ: Mapping[str, str] | None = None) -> int:
-    """Give ``engine`` the offset ``HAI_TEST_DB_CLOCK_OFFSET_MS`` names (none: nothing changes);
-    returns it. For processes a test starts, right after they create their engine."""
+def clock_offset_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The offset ``HAI_TEST_DB_CLOCK_OFFSET_MS`` names (0: none), checked: an integer, and none
+    when ``HAI_ENV=production``. Commands check it before they start anything."""
     env = os.environ if environ is None else environ
     raw = env.get(OFFSET_ENV, "").strip()
     if not raw:
         return 0
-    try:
-        offset_ms = int(raw)
-    except ValueError:
-        raise ConfigError(OFFSET_ENV, f"must be an integer (got {raw!r})") from None
-    set_clock_offset(engine, offset_ms, env)
+    if re.fullmatch(r"-?[0-9]{1,15}", raw) is None:
+        raise ConfigError(OFFSET_ENV, f"must be a whole number of milliseconds, at most 15 digits (got {raw!r})")
+    offset_ms = int(raw)
+    if offset_ms and is_production(env):
+        raise ConfigError(OFFSET_ENV, "a test clock offset is refused when HAI_ENV=production")
+    return offset_ms
+
+
+def set_clock_offset_from_env(engine: Engine, environ: Mapping[str, str] | None = None) -> int:
+    """Give ``engine`` the offset ``HAI_TEST_DB_CLOCK_OFFSET_MS`` names (none: nothing changes);
+    returns it. For processes a test starts, right after they create their engine."""
+    env = os.environ if environ is None else environ
+    offset_ms = clock_offset_from_env(env)
+    if offset_ms:
+        set_clock_offset(engine, offset_ms, env)
     return offset_ms

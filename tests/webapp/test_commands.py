@@ -63,6 +63,8 @@ SERVE_REFUSES = [
     ([], {"HAI_CONFIG_FILE": "{conf}/database.json"}, "HAI_CONFIG_FILE.DATABASE_URL"),
     ([], {"HAI_COOKIE_SECURE": "maybe"}, "HAI_COOKIE_SECURE"),
     ([], {"HAI_ENV": "prod"}, "HAI_ENV"),
+    ([], {"HAI_TEST_DB_CLOCK_OFFSET_MS": "abc"}, "HAI_TEST_DB_CLOCK_OFFSET_MS"),
+    ([], {"HAI_TEST_DB_CLOCK_OFFSET_MS": "5_000"}, "HAI_TEST_DB_CLOCK_OFFSET_MS"),
     ([], {"HAI_ENV": "production"}, "HAI_DATABASE_URL"),  # SQLite, the default, is refused in production
 ]
 
