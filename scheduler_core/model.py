@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from scheduler_core.cron import validate_cron, validate_timezone
+from scheduler_core.cron.expressions import MAX_CRON_LENGTH
 from scheduler_core.errors import ConfigError
 from scheduler_core.masking import mask_values, masked_handler
 from scheduler_core.statuses import (
@@ -36,6 +37,7 @@ from scheduler_core.validation import (
 )
 
 MAX_ATTEMPTS_RANGE = (1, 100)
+BACKOFF_MAX_MS = 86_400_000  # one retry's wait, at most a day
 P = TypeVar("P")
 
 
@@ -71,7 +73,7 @@ class RetryPolicy:
         if len(self.backoff_ms) > MAX_ATTEMPTS_RANGE[1]:
             raise ConfigError("retry.backoff_ms", f"must hold at most {MAX_ATTEMPTS_RANGE[1]} delays")
         for index, value in enumerate(self.backoff_ms):
-            check_int(value, f"retry.backoff_ms[{index}]", 0, 86_400_000)
+            check_int(value, f"retry.backoff_ms[{index}]", 0, BACKOFF_MAX_MS)
         object.__setattr__(self, "backoff_ms", tuple(self.backoff_ms))
 
     def delay_before(self, next_attempt: int) -> int:
@@ -139,19 +141,20 @@ class TaskDefinition:
 
     id: str = declare(TaskField(
         "Id", Widget.ID, Section.TASK, "Unique, 1 to 128 characters; it cannot be changed later.", updatable=False,
-        max_length=ID_MAX))
+        max_length=ID_MAX, invalid="x" * (ID_MAX + 1)))
     name: str = declare(TaskField("Name", Widget.LINE, Section.TASK, "Shown to operators.", max_length=NAME_MAX,
-                                  example="Nightly export (renamed)"))
+                                  example="Nightly export (renamed)", invalid="line one\nline two"))
     cron: str = declare(TaskField(
         "Cron expression", Widget.CRON, Section.SCHEDULE,
         "Five fields: minute hour day-of-month month day-of-week (e.g. 30 2 * * 1-5), or @daily, @hourly ...",
-        max_length=255, example="30 2 * * 1-5"))  # matched per minute on the DB clock
+        max_length=MAX_CRON_LENGTH, example="30 2 * * 1-5", invalid="61 * * * *"))  # matched per minute on the DB clock
     description: str | None = declare(TaskField("Description", Widget.TEXT, Section.TASK, max_length=DESCRIPTION_MAX,
-                                                example="Two lines\nof description"), None)
+                                                example="Two lines\nof description",
+                                                invalid="x" * (DESCRIPTION_MAX + 1)), None)
     timezone: str = declare(TaskField(
         "Time zone", Widget.ZONE, Section.SCHEDULE,
         "The IANA zone the schedule is read in (e.g. Europe/Berlin); empty means UTC.", max_length=255,
-        example="Europe/Berlin"), "UTC")  # never the node's TZ
+        example="Europe/Berlin", invalid="Mars/Olympus_Mons"), "UTC")  # never the node's TZ
     enabled: bool = declare(TaskField("Enabled (runs on its schedule)", Widget.CHECK, Section.SCHEDULE,
                                       example=False), True)
     delete_after_run: bool = declare(TaskField(  # delete after the first success (matching revision)
@@ -162,31 +165,36 @@ class TaskDefinition:
     retry: RetryPolicy | None = declare(TaskField(  # None = one attempt
         "Retry", Widget.RETRY, Section.EXECUTION, "1 to 100 attempts, counting the first; more than 1 only retries "
         "idempotent tasks. The delays are comma-separated milliseconds; the last one repeats.",
-        example={"max_attempts": 3, "backoff_ms": [1000, 5000]}), None)
+        example={"max_attempts": 3, "backoff_ms": [1000, 5000]},
+        invalid={"max_attempts": 101, "backoff_ms": []}), None)
     handler: Mapping[str, Any] | None = declare(TaskField(  # {"kind": "hook" | "api" | ...}; None = host hook
         "Handler", Widget.HANDLER, Section.TASK, secret=True,
         example={"kind": "api", "url": "http://127.0.0.1:9/hook", "method": "PUT", "headers": {"X-Team": "ops"},
-                 "timeout": 5000}), None)
+                 "timeout": 5000},
+        invalid={"kind": "api", "url": "ftp://127.0.0.1/hook", "method": "POST", "headers": {}}), None)
     params: Mapping[str, Any] | None = declare(TaskField(  # JSON object handed to the handler
         "Params (JSON object)", Widget.JSON, Section.EXECUTION,
         "Handed to the handler. Secret values show as ***; leave *** to keep the stored value.", secret=True,
-        example={"table": "orders", "limit": 5}), None)
+        example={"table": "orders", "limit": 5},
+        invalid={"blob": "x" * (64 * 1024)}), None)
     node_group: str | None = declare(TaskField(  # None: on any node able to run it
         "Node group", Widget.GROUP, Section.ROUTING,
         "Runs only on nodes started in this group (--group); empty: on any node able to run it.",
-        max_length=GROUP_MAX, example="batch"), None)
+        max_length=GROUP_MAX, example="batch", invalid="g" * (GROUP_MAX + 1)), None)
     catchup: CatchupPolicy | None = declare(TaskField(  # None: occurrences missed during downtime are journaled only
         "Catch-up after downtime", Widget.CATCHUP, Section.ROUTING,
         "What a node does with occurrences nobody ran while the cluster was down, and how far back it looks.",
-        example={"policy": "latest", "window_ms": 600_000}), None)
+        example={"policy": "latest", "window_ms": 600_000},
+        invalid={"policy": "latest", "window_ms": 7 * 86_400_000 + 1}), None)
     runbook_url: str | None = declare(TaskField(  # shown where an operator decides about this task's runs
         "Runbook URL", Widget.LINE, Section.TASK, "Where an operator reads what to do when a run fails or its outcome "
         "is unknown (http or https); linked from the task's page.", max_length=RUNBOOK_URL_MAX,
-        example="https://wiki.example.com/runbooks/nightly-export"), None)
+        example="https://wiki.example.com/runbooks/nightly-export",
+        invalid="javascript:alert(1)"), None)
     revision: int = declare(TaskField("Revision", Widget.STORED, Section.STORED, updatable=False),
                             0)  # incremented by every change
     paused: Pause | None = declare(TaskField(  # set by Scheduler.pause, cleared by resume
-        "Paused", Widget.STORED, Section.STORED, updatable=False, role="operator"), None)
+        "Paused", Widget.STORED, Section.STORED, updatable=False), None)
     created_at: int | None = declare(TaskField("Created", Widget.STORED, Section.STORED, updatable=False),
                                      None)  # DB-clock ms
     updated_at: int | None = declare(TaskField(  # DB-clock ms; the version operators compare-and-set
@@ -224,13 +232,25 @@ class TaskDefinition:
 
 
 DECLARED = task_fields(TaskDefinition, declared=True)  # what a user declares, in order
+_BY_NAME = {f.name: f for f in DECLARED}
 UPDATABLE_FIELDS = tuple(f.name for f in DECLARED if f.spec.updatable)
 
 
-def check_link(value: Any, field: str) -> str | None:
-    """None, or an http(s) URL of one line (RUNBOOK_URL_MAX characters at most) that a page may link to:
-    no other scheme (a ``javascript:`` link would run in the operator's browser)."""
-    link = check_optional_text(value, field, RUNBOOK_URL_MAX, single_line=True)
+def declared_text(task: TaskDefinition, name: str) -> str | None:
+    """Field ``name`` of ``task`` checked as text by its declaration: required unless it has a
+    default, at most its ``max_length``, one line unless its widget is TEXT (the bound the form's
+    and the API's inputs state is the one checked here)."""
+    declared = _BY_NAME[name]
+    if declared.spec.max_length is None:
+        raise TypeError(f"{name}: a text field declares its max_length")
+    check = check_text if declared.required else check_optional_text
+    return check(getattr(task, name), name, declared.spec.max_length,
+                 single_line=declared.spec.widget is not Widget.TEXT)
+
+
+def check_link(link: str | None, field: str) -> str | None:
+    """None, or an http(s) URL (already checked as one line of text) that a page may link to: no
+    other scheme (a ``javascript:`` link would run in the operator's browser)."""
     if link is None:
         return None
     try:
@@ -261,8 +281,8 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
     """Return the task normalised, or raise ConfigError / InvalidCronError naming the field.
     ``stored``: the task is read back from the database (the size cap on params is for writes)."""
     check_id(task.id, "id")
-    check_text(task.name, "name", NAME_MAX, single_line=True)
-    description = check_optional_text(task.description, "description", DESCRIPTION_MAX)
+    declared_text(task, "name")
+    description = declared_text(task, "description")
     cron = validate_cron(task.cron)
     timezone = validate_timezone(task.timezone)
     for item in DECLARED:
@@ -273,7 +293,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
     if task.node_group is not None:
         check_group(task.node_group, "node_group")
     params = check_params(task.params, capped=not stored)
-    runbook_url = check_link(task.runbook_url, "runbook_url")
+    runbook_url = check_link(declared_text(task, "runbook_url"), "runbook_url")
     handler = task.handler
     if handler is not None:
         if not isinstance(handler, Mapping):

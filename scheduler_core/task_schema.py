@@ -2,11 +2,12 @@
 
 Every field of ``model.TaskDefinition`` holds a ``TaskField`` in its dataclass metadata (as
 APScheduler 4's ``Schedule`` carries attrs metadata): its label and hint, the widget the form
-shows, whether an update may change it and who may, and an example value the round-trip test
-sets through every door. The store's column mapping, the task file's keys, the update path, the
-form and the API's input and output schemas are derived from it, so a new field that is shown
-and editable is its declaration here, a migration, and ``db/tables.py`` (docs/architecture.md,
-"Recipe: a task field").
+shows, whether an update may change it, its length bound (``model.validate_task`` checks the one
+declared), and two values the door tests send through every door: an example it takes and one
+its rule refuses. The store's column mapping, the task file's keys, the update path, the form and
+the API's input and output schemas are derived from it. Who may change a task is the door's rule
+(an admin; pausing, an operator), not a field's. docs/architecture.md, section 10, "A task
+field", is the recipe.
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ class TaskField:
     section: Section
     hint: str = ""
     updatable: bool = True  # an update may change it (the id and the stored fields may not)
-    role: str = "admin"  # who may change it
     max_length: int | None = None  # for text widgets
     secret: bool = False  # shown masked (``masking``), sent back masked to keep the stored value
     example: Any = None  # a valid value other than the default (the round-trip test sets it)
+    invalid: Any = None  # a value of the field's type that its rule refuses (the error test sends it everywhere)
 
     @property
     def declared(self) -> bool:

@@ -8,7 +8,8 @@ import pytest
 
 from scheduler_core import TaskDefinition
 from scheduler_core.errors import ConfigError
-from scheduler_core.model import validate_task
+from scheduler_core.model import DECLARED, validate_task
+from scheduler_core.task_schema import Widget
 
 
 @pytest.mark.parametrize(("changes", "field"), [
@@ -63,3 +64,23 @@ def test_a_runbook_link_is_an_http_url_a_page_may_link_to(link: Any) -> None:
 def test_a_runbook_link_is_kept_as_given() -> None:
     for link in ("https://wiki.example.com/runbooks/x?y=1#z", "HTTP://intranet:8080/r", None):
         assert validate_task(TaskDefinition(id="t", name="T", cron="* * * * *", runbook_url=link)).runbook_url == link
+
+
+TYPED_TEXT = (Widget.ID, Widget.LINE, Widget.TEXT, Widget.GROUP)  # the cron and the zone have rules of their own
+
+
+@pytest.mark.parametrize("name", [f.name for f in DECLARED if f.spec.widget in TYPED_TEXT])
+def test_each_text_field_takes_its_declared_length_and_not_one_more(name: str) -> None:
+    """The length the form's maxlength and the API's maxLength state (the declaration) is the one checked."""
+    longest = next(f.spec.max_length for f in DECLARED if f.name == name)
+    assert longest is not None, f"{name}: a text field declares its max_length"
+    prefix = "https://example.com/" if name == "runbook_url" else ""
+    base = {"id": "t", "name": "T", "cron": "* * * * *"}
+    for length, refused in ((longest, False), (longest + 1, True)):
+        task = TaskDefinition(**{**base, name: prefix + "x" * (length - len(prefix))})
+        if refused:
+            with pytest.raises(ConfigError) as info:
+                validate_task(task)
+            assert info.value.field == name and str(longest) in info.value.message, info.value
+        else:
+            validate_task(task)

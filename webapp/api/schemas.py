@@ -22,17 +22,18 @@ from pydantic import (
     ValidationInfo,
     create_model,
     field_validator,
+    model_validator,
 )
 from pydantic_core import CoreSchema, core_schema
 
 from scheduler_core.model import (
+    BACKOFF_MAX_MS,
     CATCHUP_WINDOW_MAX_MS,
     DECLARED,
-    DESCRIPTION_MAX,
     MAX_ATTEMPTS_RANGE,
-    NAME_MAX,
     CatchupMode,
     CatchupPolicy,
+    RetryPolicy,
 )
 from scheduler_core.reach.queue import FAILURE_CLASSES
 from scheduler_core.runtime.task_operations import MAX_QUERY
@@ -59,11 +60,8 @@ from webapp.api.rules import (
 Ms = Annotated[int, Field(ge=0, le=MAX_MS, description="unix milliseconds (DB clock)"), Whole]
 Limit = Annotated[int, Field(ge=1, le=PAGE_LIMIT, description="rows per page")]
 Text = Annotated[str, Field(max_length=100_000)]
-Name = text(NAME_MAX, single_line=True)
-Description = text(DESCRIPTION_MAX)
 MAX_PAUSE_MINUTES = 7 * 24 * 60
 PROVIDER_MAX = 64  # reach.queue's filter: check_optional_text(provider, "provider", 64, ...)
-MAX_BACKOFF_MS = 86_400_000
 
 
 def _values(choices: Any) -> Any:
@@ -143,18 +141,40 @@ class Problem(BaseModel):
 # --- tasks ------------------------------------------------------------------------------------
 
 
+def _bounds(low: int, high: int) -> dict[str, int]:
+    """A range the document states and the core's policy checks (its message, its field), not pydantic."""
+    return {"minimum": low, "maximum": high}
+
+
+# RetryIn and CatchupIn are checked by the core's policies themselves (their model validators), so
+# the API refuses a value with the form's and the task file's words and field.
 class RetryIn(Strict):
-    max_attempts: Annotated[int, Field(ge=MAX_ATTEMPTS_RANGE[0], le=MAX_ATTEMPTS_RANGE[1],
+    """How often a failing idempotent task is tried, and how long to wait in between."""
+
+    max_attempts: Annotated[int, Field(json_schema_extra=_bounds(*MAX_ATTEMPTS_RANGE),
                                        description="1 = no retry; counts the first attempt"), Whole]
-    backoff_ms: list[Annotated[int, Field(ge=0, le=MAX_BACKOFF_MS), Whole]] = Field(
-        default_factory=list, max_length=MAX_ATTEMPTS_RANGE[1], description="wait before attempt n+1")
+    backoff_ms: list[Annotated[int, Field(json_schema_extra=_bounds(0, BACKOFF_MAX_MS)), Whole]] = Field(
+        default_factory=list, json_schema_extra={"maxItems": MAX_ATTEMPTS_RANGE[1]},
+        description="wait before attempt n+1")
+
+    @model_validator(mode="after")
+    def _policy(self) -> RetryIn:
+        RetryPolicy(self.max_attempts, tuple(self.backoff_ms))  # ConfigError naming retry.<field>
+        return self
 
 
 class CatchupIn(Strict):
+    """What a node does with occurrences nobody ran while the cluster was down."""
+
     policy: _values(CatchupMode) = Field(default="none", description="none: journal them missed; latest: run the "
                                          "newest; all: run each, in order")  # type: ignore[valid-type]
-    window_ms: Annotated[int, Field(ge=0, le=CATCHUP_WINDOW_MAX_MS, description="how far back it looks"), Whole] = (
-        CatchupPolicy().window_ms)
+    window_ms: Annotated[int, Field(json_schema_extra=_bounds(0, CATCHUP_WINDOW_MAX_MS),
+                                    description="how far back it looks"), Whole] = CatchupPolicy().window_ms
+
+    @model_validator(mode="after")
+    def _policy(self) -> CatchupIn:
+        CatchupPolicy(self.policy, self.window_ms)  # ConfigError naming catchup.<field>
+        return self
 
 
 def _input_type(declared: DeclaredField) -> Any:
