@@ -25,7 +25,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core.cron import OCCURRENCE_NAMESPACE
-from scheduler_core.model import RetryPolicy, TaskDefinition
+from scheduler_core.model import TaskDefinition
+from scheduler_core.task_policies import RetryPolicy
 
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo")
 HOUR_MS = 3_600_000

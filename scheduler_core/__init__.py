@@ -2,8 +2,9 @@
 
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.errors import ConfigError, DatabaseError, SchedulerError, SchedulerTaskSkippedError
-from scheduler_core.model import ExecutionLog, RetryPolicy, TaskDefinition
+from scheduler_core.model import ExecutionLog, TaskDefinition
 from scheduler_core.runtime import Scheduler, TaskEvent
+from scheduler_core.task_policies import RetryPolicy
 
 __version__ = "0.1.0"
 

@@ -25,7 +25,7 @@ from scheduler_core.errors import ReachConfigError
 from scheduler_core.reach import QueuePolicy
 from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.api_tokens import ApiTokens, check_rate_limit
-from scheduler_core.runtime.scheduler import RESERVED_CONNECTIONS
+from scheduler_core.runtime.startup import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
 from scheduler_core.testing import set_clock_offset_from_env
 from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users

@@ -24,7 +24,8 @@ from scheduler_core.cron import validate_timezone
 from scheduler_core.errors import ConfigError, InvalidCronError, SchedulerError, TaskAlreadyExistsError
 from scheduler_core.executors.http import METHODS
 from scheduler_core.masking import restore_masked
-from scheduler_core.model import DECLARED, CatchupMode, CatchupPolicy, RetryPolicy, TaskDefinition
+from scheduler_core.model import DECLARED, TaskDefinition
+from scheduler_core.task_policies import CatchupMode, CatchupPolicy, RetryPolicy
 from scheduler_core.task_schema import DeclaredField, Section, Widget
 from webapp.forms import whole_number
 from webapp.timefmt import wall_ms, wall_text

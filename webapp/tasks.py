@@ -5,19 +5,21 @@ action is audited with masked before / after.
 URLs put the action before the task id (``/tasks/edit/<id>``, ``/tasks/view/<id>``): an id may
 hold ``/`` and any word, so ``new``, ``cron-preview`` or ``x/edit`` each still name one page.
 Only ids with an empty, ``.`` or ``..`` segment cannot be carried by a URL; the core refuses
-them for new tasks (``check_id(..., url_path=True)``)."""
+them for new tasks (``check_id(..., url_path=True)``).
+
+Here are the routes (what each request does) and the template filters; how each page is drawn
+(the form with its schedule preview, the detail page) is in ``webapp/task_pages.py``."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
-from zoneinfo import ZoneInfo, available_timezones
+from zoneinfo import ZoneInfo
 
 from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
-from scheduler_core.cron import describe, dst_note
+from scheduler_core.cron import describe
 from scheduler_core.errors import (
     ConfigError,
     ConflictError,
@@ -25,19 +27,19 @@ from scheduler_core.errors import (
     InvalidCronError,
     TaskAlreadyExistsError,
 )
-from scheduler_core.model import CATCHUP_WINDOW_MAX_MS, UPDATABLE_FIELDS, TaskDefinition
+from scheduler_core.model import UPDATABLE_FIELDS
 from scheduler_core.runtime.task_operations import SEARCH_FIELDS, SEARCH_STATUSES
 from scheduler_core.statuses import ExecutionStatus
 from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.forms import posted_version
-from webapp.htmx import shown_again, wants_fragment
+from webapp.htmx import wants_fragment
 from webapp.node import scheduler_of
-from webapp.task_form import CODE_KINDS, CODE_REFUSED, METHODS, SECTIONS, TaskForm, cron_error, pause_end
+from webapp.task_form import CODE_KINDS, CODE_REFUSED, TaskForm, pause_end
+from webapp.task_pages import HISTORY_PAGE, log_links, render_detail, render_form, schedule_preview, search_error
 
 bp = Blueprint("tasks", __name__, url_prefix="/tasks")
 PAGE = 50
-HISTORY_PAGE = 25
 CONFLICT = ("This task changed since the page was loaded (someone else may have edited it). "
             "Nothing was changed; review it again.")
 
@@ -79,10 +81,6 @@ def cron_text(expr: str) -> str:
         return ""
 
 
-def _log_links() -> bool:
-    return "logs.detail" in current_app.view_functions
-
-
 def _audit(action: str, target: str, before: Any = None, after: Any = None, reason: str | None = None) -> None:
     record_action(action, target, before=before, after=after, reason=reason)
 
@@ -99,21 +97,11 @@ def index() -> ResponseReturnValue:
     try:
         page = scheduler_of(current_app).task_ops.search(query, PAGE, after=after, before=before)
     except ConfigError as exc:
-        return _search_error(context, exc)
+        return search_error(context, exc)
     context.update(page=page, error=None)
     if wants_fragment():
         return render_template("tasks/_rows.html", oob=True, **context)
     return render_template("tasks/index.html", **context)
-
-
-def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnValue:
-    """A bad search: the message next to the search box, and the rows shown stay as they were."""
-    message = exc.message.removeprefix(f"{exc.field}: ")
-    if wants_fragment():
-        response = shown_again(render_template("tasks/_search_error.html", error=message))
-        response.headers["HX-Reswap"] = "none"  # keep the rows; the error goes out of band
-        return response
-    return shown_again(render_template("tasks/index.html", page=None, error=message, **context))
 
 
 # --- cron preview ------------------------------------------------------------------------------
@@ -123,44 +111,16 @@ def _search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnVa
 def cron_preview() -> ResponseReturnValue:
     """What a schedule being typed means (an HTMX fragment of the form; opened directly, a page)."""
     template = "tasks/_cron_preview.html" if wants_fragment() else "tasks/cron_preview.html"
-    return render_template(template, **_preview(request.args.get("cron", ""), request.args.get("timezone", "")))
-
-
-def _preview(cron: str, timezone: str) -> dict[str, Any]:
-    if not cron.strip():
-        return {"preview": None, "preview_error": None}
-    try:
-        return {"preview": scheduler_of(current_app).task_ops.preview(cron, timezone.strip() or None),
-                "preview_error": None}
-    except InvalidCronError as exc:
-        return {"preview": None, "preview_error": cron_error(exc.message)}
-    except ConfigError as exc:
-        return {"preview": None, "preview_error": exc.message}
+    return render_template(template, **schedule_preview(request.args.get("cron", ""), request.args.get("timezone", "")))
 
 
 # --- create / edit ------------------------------------------------------------------------------
 
 
-def _render_form(form: TaskForm, task: TaskDefinition | None, status: int = 200) -> ResponseReturnValue:
-    # ``form`` is a stored task masked (TaskForm.from_task) or what this request posted: shown as it
-    # is, so a secret just typed survives an error and a stored one is never sent.
-    ops = scheduler_of(current_app).task_ops
-    return render_template("tasks/form.html", form=form, task=task, sections=SECTIONS, methods=METHODS,
-                           zones=_zone_names(), live_groups=ops.live_groups(), catchup_window_max=CATCHUP_WINDOW_MAX_MS,
-                           **_preview(form.values["cron"], form.values["timezone"])), status
-
-
-@lru_cache(maxsize=1)
-def _zone_names() -> list[str]:
-    """Suggestions for the time zone box (the core still validates what is typed)."""
-    return sorted({zone for zone in available_timezones() if "/" in zone and not zone.startswith(("Etc/", "SystemV/"))}
-                  | {"UTC"})
-
-
 @bp.get("/new")
 @require_role("admin")
 def new() -> ResponseReturnValue:
-    return _render_form(TaskForm.blank(), None)
+    return render_form(TaskForm.blank(), None)
 
 
 @bp.post("/new")
@@ -170,12 +130,12 @@ def create() -> ResponseReturnValue:
     form = TaskForm.from_request(request.form)
     definition = form.definition(None)
     if definition is None:
-        return _render_form(form, None, 400)
+        return render_form(form, None, 400)
     try:
         stored = scheduler.register(definition)
     except (ConfigError, InvalidCronError, TaskAlreadyExistsError) as exc:
         form.fail(exc)
-        return _render_form(form, None, 400)
+        return render_form(form, None, 400)
     _audit("task.create", stored.id, after=stored.masked())
     flash(f"Task {stored.id} created.", "success")
     return redirect(url_for("tasks.detail", task_id=stored.id), 303)
@@ -189,7 +149,7 @@ def edit(task_id: str) -> ResponseReturnValue:
         flash(f"{task.handler_kind} tasks are read-only here: what they run (code or a program) is defined in the "
               "application or a task file.", "info")
         return redirect(url_for("tasks.detail", task_id=task_id), 303)
-    return _render_form(TaskForm.from_task(task), task)
+    return render_form(TaskForm.from_task(task), task)
 
 
 @bp.post("/edit/<path:task_id>")
@@ -200,13 +160,13 @@ def update(task_id: str) -> ResponseReturnValue:
     form = TaskForm.from_request(request.form)
     if current.handler_kind in CODE_KINDS:
         form.errors["kind"] = CODE_REFUSED
-        return _render_form(form, current, 400)
+        return render_form(form, current, 400)
     expected = posted_version()
     if expected is None:
         form.errors["form"] = "The form is missing the task's version; reload the page."
     definition = form.definition(current)
     if definition is None or expected is None:
-        return _render_form(form, current, 400)
+        return render_form(form, current, 400)
     changes = {name: getattr(definition, name) for name in UPDATABLE_FIELDS}
     try:
         stored = scheduler.update_task(task_id, expected_updated_at=expected, **changes)
@@ -215,7 +175,7 @@ def update(task_id: str) -> ResponseReturnValue:
         return redirect(url_for("tasks.edit", task_id=task_id), 303)
     except (ConfigError, InvalidCronError) as exc:
         form.fail(exc)
-        return _render_form(form, current, 400)
+        return render_form(form, current, 400)
     _audit("task.update", task_id, before=current.masked(), after=stored.masked())
     flash(f"Task {task_id} saved.", "success")
     return redirect(url_for("tasks.detail", task_id=task_id), 303)
@@ -292,8 +252,8 @@ def trigger(task_id: str) -> ResponseReturnValue:
     try:
         occurrence = scheduler.submit(task_id, source=source, idempotency_key=key)
     except ConfigError as exc:
-        return _detail(task, {exc.field: exc.message.removeprefix(f"{exc.field}: ")},
-                       {"idempotency_key": key or "", "source": request.form.get("source", "")}), 400
+        return render_detail(task, {exc.field: exc.message.removeprefix(f"{exc.field}: ")},
+                             {"idempotency_key": key or "", "source": request.form.get("source", "")}), 400
     execution = scheduler.execution.get(occurrence)
     _audit("task.trigger", task_id, after={"occurrence_id": occurrence, "status": execution.status,
                                            "source": source, "idempotency_key": key, "existing": existed})
@@ -351,16 +311,16 @@ def pause(task_id: str) -> ResponseReturnValue:
     typed = {name: request.form.get(name, "").strip() for name in ("reason", "minutes", "until", "until_tz")}
     reason = typed["reason"]
     if not reason:
-        return _detail(task, {"reason": "Say why it is paused: the next operator reads it."}, typed), 400
+        return render_detail(task, {"reason": "Say why it is paused: the next operator reads it."}, typed), 400
     end = pause_end(typed["minutes"], typed["until"], typed["until_tz"], scheduler.task_ops.now_ms())
     if end.errors:
-        return _detail(task, end.errors, typed), 400
+        return render_detail(task, end.errors, typed), 400
     until = end.until_ms
     try:
         paused = scheduler.pause(task_id, reason=reason, until_ms=until, by=g.user.name)
     except ConfigError as exc:
         field = "until" if exc.field == "until_ms" else exc.field
-        return _detail(task, {field: exc.message.removeprefix(f"{exc.field}: ")}, typed), 400
+        return render_detail(task, {field: exc.message.removeprefix(f"{exc.field}: ")}, typed), 400
     _audit("task.pause", task_id, before={"paused": None},
            after={"paused_until": until, "paused_by": g.user.name, "revision": paused.revision}, reason=reason)
     flash(f"Task {task_id} paused{' ' + end.shown if end.shown else ''}.", "success")
@@ -388,22 +348,7 @@ def detail(task_id: str) -> ResponseReturnValue:
     task = scheduler_of(current_app).task_ops.get(task_id)
     if wants_fragment():
         return occurrences(task_id)
-    return _detail(task, {}, {})
-
-
-def _detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str]) -> str:
-    scheduler = scheduler_of(current_app)
-    ops = scheduler.task_ops
-    history = ops.occurrences(task.id, HISTORY_PAGE, request.args.get("before") or None)
-    state = ops.state(task.id)
-    blocker = scheduler.execution.get(state.blocked_by).status if state.blocked_by else None
-    definition = task.masked()
-    code = definition["handler"].pop("code", None) if definition["handler"] else None
-    next_runs = ops.next_runs(task)
-    return render_template("tasks/detail.html", task=task, definition=definition, code=code, next_runs=next_runs,
-                           run_notes=[dst_note(task.cron, task.timezone, ms) for ms in next_runs],
-                           history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
-                           log_links=_log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker)
+    return render_detail(task, {}, {})
 
 
 @bp.get("/occurrences/<path:task_id>")
@@ -416,4 +361,4 @@ def occurrences(task_id: str) -> ResponseReturnValue:
     if not wants_fragment():
         return redirect(url_for("tasks.detail", task_id=task_id, before=before))
     return render_template("tasks/_occurrences.html", task=task, history=ops.occurrences(task_id, HISTORY_PAGE, before),
-                           before=before, log_links=_log_links())
+                           before=before, log_links=log_links())

@@ -1,7 +1,8 @@
 """Alerts: the scheduler tells people, through its own delivery queue, when something needs them.
 
 Detection rides on the node's tick: one probe statement tells whether any detector has something
-new; only then do the detectors read (in the background, with the delivery round that follows).
+new; only then do the detectors read (in the background, with the delivery round that follows;
+the detectors, which turn rows into facts, are reach/alert_detectors.py's).
 Each fact has a stable key; ``AlertRepository.raise_alert`` records it per rule and queues the
 alert in one transaction, so a fact alerts once whatever node sees it, and however often
 (docs/semantics.md, "Alerts").
@@ -14,68 +15,24 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Iterable
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from sqlalchemy.engine import Engine
 
-from scheduler_core.cron import MINUTE_MS
 from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFoundError
+from scheduler_core.reach.alert_detectors import ClusterIdle, Detectors, Fact
 from scheduler_core.reach.alert_rules import ALERT_VARIABLES, AlertEvent, AlertRule
 from scheduler_core.reach.config import DndConfig, QueuePolicy, TemplateConfig
 from scheduler_core.reach.dnd import in_window, window_end_ms
 from scheduler_core.reach.templates import render, variables
-from scheduler_core.statuses import ExecutionStatus
-from scheduler_core.store.alerts import AlertMessage, AlertRepository, JournalEvent, Probe, RaisedAlert
+from scheduler_core.store.alerts import AlertMessage, AlertRepository, Probe, RaisedAlert
 from scheduler_core.store.transactions import AutocommitLine
 from scheduler_core.validation import check_int, check_ms, check_optional_text
 
 logger = logging.getLogger("scheduler_core.reach.alerts")
-PAGE = 200  # facts read per statement
-PAGES = 20  # statements one scan reads per detector at most (the rest: the next scan)
-OVERLAP_MS = 60_000  # read again what changed this long before the cursor: a late commit is not skipped
-FIRST_LOOK_MS = 3_600_000  # the first scan ever looks back this far, not over all history
 LINGER_EVERY_MS = 60_000  # the detectors of lasting conditions run at most this often
 STORED_RULES_TTL_S = 15.0
-JOURNAL_EVENT = {ExecutionStatus.UNKNOWN: AlertEvent.EXECUTION_UNKNOWN,
-                 ExecutionStatus.FAILED: AlertEvent.EXECUTION_FAILED,
-                 ExecutionStatus.MISSED: AlertEvent.EXECUTION_MISSED}
-
-
-@dataclass(frozen=True)
-class Fact:
-    """One thing that happened, once: what every rule covering it alerts about."""
-
-    event: AlertEvent
-    key: str  # stable: the same fact seen again has the same key
-    scope: str  # what a throttle counts per: the task, or the event for facts without one
-    task_id: str | None
-    node_group: str | None
-    values: dict[str, str] = field(default_factory=dict)  # template variables (ALERT_VARIABLES)
-
-
-@dataclass(frozen=True)
-class ClusterIdle:
-    """How long the cluster has planned nothing, by the database clock."""
-
-    now_ms: int
-    ticked_through: int  # the last minute some node planned; 0: no node has planned yet
-    raised: int = 0  # alerts this look queued
-
-    @property
-    def gap_from(self) -> int:
-        """The first minute no node planned (the key the first node back uses too)."""
-        return self.ticked_through + MINUTE_MS
-
-    @property
-    def idle_ms(self) -> int:
-        """Whole minutes before the current one that no node planned (0: none, or no node yet)."""
-        if not self.ticked_through:
-            return 0
-        return max(0, self.now_ms - self.now_ms % MINUTE_MS - self.gap_from)
 
 
 class AlertsHost(Protocol):
@@ -109,6 +66,7 @@ class Alerts:
         self._line: AutocommitLine | None = None  # the tick's probe: one round trip (made on first use)
         self._closed = False
         self.public_url = ""
+        self._detectors = Detectors(self._repo, self._link)
 
     def configure(self, rules: tuple[AlertRule, ...], public_url: str) -> None:
         for rule in rules:
@@ -125,6 +83,9 @@ class Alerts:
 
     def _repo(self) -> AlertRepository:
         return AlertRepository(self._reach.require_engine())
+
+    def _link(self, path: str) -> str:
+        return f"{self.public_url}{path}" if self.public_url else path
 
     # --- rules ---------------------------------------------------------------------------------
 
@@ -222,64 +183,12 @@ class Alerts:
         with self._lock:
             probe, self._probe = self._probe or self._repo().probe(), None
             rules = self.rules()
-            facts = [*self._journal_facts(probe), *self._dead_facts(probe), *self._gap_facts(probe, rules),
-                     *self._clock_facts(probe)]
+            facts = self._detectors.changes(probe, rules)
             if probe.now_ms - self._lingered_at >= LINGER_EVERY_MS:
-                facts += self._lasting_facts(probe, rules)
+                facts += self._detectors.lasting(probe, rules)
                 self._lingered_at = probe.now_ms
             return sum(self._raise(fact, rule, probe.now_ms) for fact in facts for rule in rules
                        if fact.event in rule.events and rule.covers(fact.task_id, fact.node_group))
-
-    def _journal_facts(self, probe: Probe) -> Iterator[Fact]:
-        repo = self._repo()
-        for event in self._pages("journal", probe, repo.journal_events, lambda e: (e.updated_at, e.occurrence_id)):
-            kind = JOURNAL_EVENT[ExecutionStatus(event.status)]
-            yield self._execution_fact(kind, event, f"{kind}:{event.occurrence_id}")
-
-    def _dead_facts(self, probe: Probe) -> Iterator[Fact]:
-        repo = self._repo()
-        for row in self._pages("dead", probe, repo.dead_letters, lambda r: (int(r.updated_at), r.queue_id)):
-            if row.alert_rule is not None:
-                continue  # an alert that could not be delivered: alerting about it would loop
-            yield Fact(AlertEvent.QUEUE_DEAD, f"queue.dead:{row.queue_id}:{row.updated_at}", "queue.dead", None, None,
-                       {"occurrence_id": row.queue_id, "status": "dead", "reason": row.last_failure or "",
-                        "summary": f"notification {row.queue_id} ({row.provider}) is dead: {row.last_failure}",
-                        "link": self._link("/notifications/dead")})
-
-    def _clock_facts(self, probe: Probe) -> Iterator[Fact]:
-        if probe.clock_jump_latest is None:
-            return
-        for n in self._pages("clock", probe, self._repo().clock_jumps, lambda r: (int(r.clock_jump_at), r.node_id)):
-            at, jump = int(n.clock_jump_at), int(n.clock_jump_ms)
-            minute = at - at % MINUTE_MS
-            yield Fact(AlertEvent.DATABASE_CLOCK_JUMP, f"database.clock_jump:{minute}", "database", None, None,
-                       {"node_id": n.node_id, "at": _iso(at), "link": self._link("/nodes/"),
-                        "reason": f"{jump:+d} ms",
-                        "summary": f"the database clock jumped {jump:+d} ms against node {n.node_id}'s clock at "
-                                   f"{_iso(at)} (a failover to a server with another clock?); leases were renewed "
-                                   "at once"})
-
-    def _pages(self, name: str, probe: Probe, read: Any, position: Any) -> Iterator[Any]:
-        """Everything changed after the detector's cursor (less an overlap), page by page; the
-        cursor moves to the last change read."""
-        repo = self._repo()
-        cursor = repo.cursor(name) or probe.now_ms - FIRST_LOOK_MS
-        after: tuple[int, str] = (max(0, cursor - OVERLAP_MS), "")
-        for _ in range(PAGES):
-            rows = read(after, PAGE)
-            yield from rows
-            if rows:
-                after = position(rows[-1])
-            if len(rows) < PAGE:
-                break
-        repo.advance_cursor(name, after[0])
-
-    def _gap_facts(self, probe: Probe, rules: list[AlertRule]) -> Iterator[Fact]:
-        gap = probe.last_gap_to - probe.last_gap_from + 60_000 if probe.last_gap_from else 0
-        if gap and any(gap >= r.after_ms for r in rules if AlertEvent.CLUSTER_IDLE in r.events):
-            yield Fact(AlertEvent.CLUSTER_IDLE, f"cluster.idle:{probe.last_gap_from}", "cluster", None, None,
-                       {"summary": f"no node ran for {gap // 60_000} minute(s) from {_iso(probe.last_gap_from)}",
-                        "at": _iso(probe.last_gap_from), "link": self._link("/")})
 
     def watch_idle(self) -> ClusterIdle:
         """The dashboard's look at the cluster (its health view): how long no node has planned,
@@ -293,57 +202,16 @@ class Alerts:
                  and idle.idle_ms and idle.idle_ms >= r.after_ms]
         if not rules:
             return idle
-        key = f"cluster.idle:{idle.gap_from}"
-        fact = Fact(AlertEvent.CLUSTER_IDLE, key, "cluster", None, None,
-                    {"summary": f"no node has run since {_iso(through)}: {idle.idle_ms // MINUTE_MS} minute(s) "
-                                f"not planned so far", "at": _iso(idle.gap_from), "link": self._link("/nodes/")})
+        fact = self._detectors.idle_fact(idle)
         queued = 0
         for rule in rules:
-            if (rule.name, key) in self._idle_raised:
+            if (rule.name, fact.key) in self._idle_raised:
                 continue
             alert = self._queue(fact, rule, now_ms)
             if alert is not None:  # handled (queued, folded, or raised before by anyone)
-                self._idle_raised.add((rule.name, key))
+                self._idle_raised.add((rule.name, fact.key))
                 queued += alert.queue_id is not None
         return ClusterIdle(now_ms, through, queued)
-
-    def _lasting_facts(self, probe: Probe, rules: list[AlertRule]) -> list[Fact]:
-        repo, facts = self._repo(), []
-        for event, lister in ((AlertEvent.TASK_BLOCKED, self._blocked), (AlertEvent.LOG_PENDING, self._pending),
-                              (AlertEvent.NODE_LOST, self._lost)):
-            after = min((r.after_ms for r in rules if event in r.events), default=None)
-            if after is not None:
-                facts += lister(repo, probe.now_ms - after)
-        return facts
-
-    def _blocked(self, repo: AlertRepository, older_than: int) -> list[Fact]:
-        held = [*repo.lingering(ExecutionStatus.UNKNOWN, older_than, PAGE),
-                *repo.lingering(ExecutionStatus.RUNNING, older_than, PAGE)]
-        return [self._execution_fact(AlertEvent.TASK_BLOCKED, e, f"task.blocked:{e.occurrence_id}") for e in held]
-
-    def _pending(self, repo: AlertRepository, older_than: int) -> list[Fact]:
-        return [self._execution_fact(AlertEvent.LOG_PENDING, e, f"log.pending:{e.occurrence_id}")
-                for e in repo.pending_logs(older_than, PAGE)]
-
-    def _lost(self, repo: AlertRepository, older_than: int) -> list[Fact]:
-        return [Fact(AlertEvent.NODE_LOST, f"node.lost:{n.node_id}:{n.started_at}", n.node_id, None, None,
-                     {"node_id": n.node_id, "at": _iso(int(n.last_seen_at)), "link": self._link("/nodes/"),
-                      "summary": f"node {n.node_id} ({n.host}, pid {n.pid}) stopped heartbeating at "
-                                 f"{_iso(int(n.last_seen_at))}"})
-                for n in repo.lost_nodes(older_than)]
-
-    def _execution_fact(self, event: AlertEvent, e: JournalEvent, key: str) -> Fact:
-        page = ("/executions/unknown" if e.status == ExecutionStatus.UNKNOWN
-                else f"/executions/?task={quote(e.task_id, safe='')}")
-        values = {"task_id": e.task_id, "task_name": e.task_name or e.task_id, "occurrence_id": e.occurrence_id,
-                  "status": e.status, "reason": e.reason or "", "error": (e.error or "")[:500],
-                  "node_id": e.owner_node or "", "scheduled": _iso(e.scheduled_minute), "at": _iso(e.updated_at),
-                  "link": self._link(page),
-                  "summary": f"{e.task_name or e.task_id}: {event} ({e.status}{', ' + e.reason if e.reason else ''})"}
-        return Fact(event, key, e.task_id, e.task_id, e.node_group, values)
-
-    def _link(self, path: str) -> str:
-        return f"{self.public_url}{path}" if self.public_url else path
 
     # --- raising -----------------------------------------------------------------------------------
 
@@ -395,12 +263,6 @@ class Alerts:
                                           lambda folded: self._message(rule, fact, folded, now))
         assert raised.queue_id is not None
         return raised.queue_id
-
-
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def covered(rules: Iterable[AlertRule], task_ids: Iterable[str]) -> dict[str, int]:

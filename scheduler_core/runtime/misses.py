@@ -15,11 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from scheduler_core.cron import cron_occurrence_id, next_fire_ms
-from scheduler_core.model import CatchupMode, TaskDefinition
+from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.planner import DueOccurrence, minute_of
 from scheduler_core.statuses import Trigger
 from scheduler_core.store.executions import ClaimRequest
 from scheduler_core.store.handoff import Missed
+from scheduler_core.task_policies import CatchupMode
 
 MINUTE_MS = 60_000
 ROWS_PER_TASK = 60  # missed rows one gap journals per task; the older minutes share one summary row

@@ -12,7 +12,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy.engine import Connection
 
@@ -27,6 +26,7 @@ from scheduler_core.runtime.misses import MINUTE_MS, CapabilityWatch, plan_gap
 from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem, minute_of
 from scheduler_core.runtime.queued import QueuedClaims
 from scheduler_core.runtime.recovery import ExpiryRecovery, claimed_execution
+from scheduler_core.runtime.run_pool import RunPool
 from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.spread import Capability, Spread
 from scheduler_core.statuses import Trigger
@@ -36,9 +36,6 @@ from scheduler_core.store.transactions import AutocommitLine, is_unreachable, re
 
 logger = logging.getLogger("scheduler_core.node")
 CLAIM_BATCH = 200
-PREFETCH_HORIZON_S = 0.5  # claim what the threads start within this, at their recent pace
-MAX_PREFETCH = 1_000
-PACE_WEIGHT = 0.1  # of the newest run in the moving average
 TICK_BACKOFF_MAX_S = 2.0  # the longest a node waits to ask again while the database does not answer
 BOUNDARY_MARGIN_MS = 2  # wake this much after a minute begins (DB clock), so that it has begun
 
@@ -50,7 +47,7 @@ class Node:
         self.nodes = nodes
         self.refresh = refresh  # (known version or None) -> current definitions
         self.planner = Planner()
-        self.pool: ThreadPoolExecutor | None = None
+        self.runs = RunPool(ctx, self._freed)  # runtime/run_pool.py
         self._loop: threading.Thread | None = None
         self._stopping = threading.Event()
         self._room = threading.Event()  # a thread freed up while occurrences wait in the backlog
@@ -58,8 +55,6 @@ class Node:
         self._last_heartbeat = 0.0
         self._last_tick_ms: int | None = None  # the previous tick's duration (node clock)
         self._tick_lock = threading.Lock()
-        self._pooled: set[Runner] = set()  # handed to the pool, not yet settled
-        self._pooled_lock = threading.Lock()
         self.accepting = False
         self.listeners: list[Callable[[int], None]] = []  # called each tick with the DB time
         # Claim tokens derive from this (random per node instance) and the occurrence id, so
@@ -70,17 +65,15 @@ class Node:
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
         self._planned_minute = 0  # the last minute this node advanced the cluster's watermark to
         self._watch = CapabilityWatch(grace_s=ctx.config.tick_interval_ms / 1000)
-        self._run_seconds = 0.0  # moving average of how long a run holds a pool thread (0: none yet)
         self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
         beat = ctx.config.heartbeat_interval_ms
         # which due occurrences it claims first (and, on Galera, whose database clock is ahead)
         self._spread = Spread(ctx.node_id, nodes, 3 * beat, beat / 1000, ctx.skew)
-        self._recovery = ExpiryRecovery(ctx, self.planner, self._free_capacity, self._submit)
+        self._recovery = ExpiryRecovery(ctx, self.planner, self.runs.free_capacity, self.runs.submit)
         self._clock_watch = ClockWatch(jump_tolerance_ms(ctx.config.lease_ms))  # runtime/clock_watch.py
-        self._queued = QueuedClaims(ctx, self.planner, self._runnable, self._free_capacity, self._submit)
+        self._queued = QueuedClaims(ctx, self.planner, self._runnable, self.runs.free_capacity, self.runs.submit)
         self._housekeeping = Housekeeping(ctx)
         self._collector = BurstCollector(self.planner, ctx.clock, ctx.config.tick_interval_ms)
-        self._waiting_runs = 0  # submitted to the pool, not yet on a thread (under _pooled_lock)
         # The database did not answer the last tick: the next one comes after this back-off
         # (db/outage.py), not at the tick interval; None while it answers.
         interval_s = ctx.config.tick_interval_ms / 1000
@@ -93,8 +86,7 @@ class Node:
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        config = self.ctx.config
-        self.pool = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="hai-run")
+        self.runs.start()
         self.accepting = True
         self._stopping.clear()
         self._loop = threading.Thread(target=self._run, name=f"hai-tick-{self.ctx.node_id[:24]}", daemon=True)
@@ -139,6 +131,18 @@ class Node:
         until = (fire - self.ctx.clock.now_ms() + BOUNDARY_MARGIN_MS) / 1000
         return max(0.0, min(interval, until))
 
+    def shutdown_pool(self) -> None:
+        """Wait for the pool's runners to end -- their terminal commits decided, too."""
+        self.runs.shutdown()
+        try:
+            self.nodes.mark_stopped(self.ctx.node_id)
+        except Exception:
+            logger.warning("could not mark node %s stopped", self.ctx.node_id, exc_info=True)
+
+    def _freed(self) -> None:
+        if self.planner.backlog:
+            self._room.set()
+
     def _claim_freed(self) -> None:
         """A thread freed while occurrences wait: claim for it now, not at the next tick."""
         if not self.accepting:
@@ -149,20 +153,6 @@ class Node:
             except Exception as exc:
                 self.ctx.outage.report(exc, logger, "claim for a freed thread failed on node %s; the next tick "
                                        "retries", self.ctx.node_id)
-
-    def shutdown_pool(self) -> None:
-        """Wait for the pool's runners to end -- their terminal commits decided, too."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
-            self.pool = None
-        with self._pooled_lock:
-            pending = [runner.done for runner in self._pooled]
-        for done in pending:
-            done.result()
-        try:
-            self.nodes.mark_stopped(self.ctx.node_id)
-        except Exception:
-            logger.warning("could not mark node %s stopped", self.ctx.node_id, exc_info=True)
 
     # --- the tick -----------------------------------------------------------------------
 
@@ -259,24 +249,10 @@ class Node:
         task = self.planner.task(task_id)
         return task is not None and self.ctx.can_run(task)
 
-    def _free_capacity(self) -> int:
-        """How many more executions this node claims: its threads plus a prefetch, minus what it
-        runs. The prefetch is what its threads start within ``PREFETCH_HORIZON_S`` at the pace
-        they have been running (at least ``max_queued``): short handlers are claimed in large
-        batches, long ones barely beyond the free threads, so that no claimed work waits long
-        for a thread here while another node could start it."""
-        config = self.ctx.config
-        prefetch = config.max_queued
-        if self._run_seconds:
-            pace = config.max_concurrency * PREFETCH_HORIZON_S / self._run_seconds
-            prefetch = max(prefetch, min(MAX_PREFETCH, int(pace)))
-        needing_thread = sum(1 for runner in self.ctx.runners() if not runner.committing)
-        return max(0, config.max_concurrency + prefetch - needing_thread)
-
     def _starts_pending(self) -> bool:
         """Due work this node has yet to start: occurrences in the backlog, runners waiting for a
         thread, begins queued or being written."""
-        return bool(self.planner.backlog) or self._waiting_runs > 0 or self.ctx.writes.begins.pending()
+        return bool(self.planner.backlog) or self.runs.waiting > 0 or self.ctx.writes.begins.pending()
 
     def _claim_backlog(self) -> None:
         """Claim from the backlog while there is room, in batches that double from twice the
@@ -285,7 +261,7 @@ class Node:
         backlog = self.planner.backlog
         size = 2 * self.ctx.config.max_concurrency
         while backlog and self.accepting:
-            room = min(self._free_capacity(), size, CLAIM_BATCH)
+            room = min(self.runs.free_capacity(), size, CLAIM_BATCH)
             if room == 0:
                 return
             batch = [backlog.popleft() for _ in range(min(room, len(backlog)))]
@@ -329,7 +305,7 @@ class Node:
             if isinstance(found, Exception):
                 runner.owned.task = None
                 runner.signal.cancel("unreadable")
-            self._submit(runner)
+            self.runs.submit(runner)
 
     def _definitions_after_claim(self, conn: Connection, task_ids: list[str]) -> dict[str, TaskDefinition | Exception]:
         """The definitions as stored after the claim, for the whole batch.
@@ -375,38 +351,6 @@ class Node:
         missed = self._watch.settle(self.ctx.executions.journaled, self.planner.task, capable)
         if missed:
             self.ctx.handoff.journal_missed(missed)
-
-    def _submit(self, runner: Runner) -> None:
-        self.ctx.register_runner(runner)
-        assert self.pool is not None
-        with self._pooled_lock:
-            self._pooled.add(runner)
-            self._waiting_runs += 1
-        runner.done.add_done_callback(lambda _: self._forget_pooled(runner))
-        try:
-            self.pool.submit(self._timed, runner)
-        except BaseException:  # (a pool shut down) it will never wait for a thread
-            with self._pooled_lock:
-                self._waiting_runs -= 1
-            raise
-
-    def _timed(self, runner: Runner) -> None:
-        """Run on a pool thread, measuring how long it holds the thread (the prefetch follows it)."""
-        with self._pooled_lock:
-            self._waiting_runs -= 1
-        began = time.monotonic()
-        try:
-            runner.start()
-        finally:
-            took = time.monotonic() - began
-            self._run_seconds = took if not self._run_seconds else (1 - PACE_WEIGHT) * self._run_seconds \
-                + PACE_WEIGHT * took
-            if self.planner.backlog:  # the thread is free now, the terminal commit perhaps not yet
-                self._room.set()
-
-    def _forget_pooled(self, runner: Runner) -> None:
-        with self._pooled_lock:
-            self._pooled.discard(runner)
 
     # --- definitions changed under running executions ------------------------------------
 

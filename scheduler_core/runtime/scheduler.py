@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from scheduler_core.config import SchedulerConfig
-from scheduler_core.db import migration_state, pool_capacity, prepare_engine, upgrade
+from scheduler_core.db import prepare_engine
 from scheduler_core.db.galera import check_galera
 from scheduler_core.db.outage import Outage
 from scheduler_core.errors import (
@@ -22,7 +22,6 @@ from scheduler_core.errors import (
     NotInitializedError,
     NotRunningError,
     SchedulerError,
-    TaskAlreadyExistsError,
     TaskNotFoundError,
 )
 from scheduler_core.executors import Executor, ExecutorRegistry
@@ -34,6 +33,7 @@ from scheduler_core.runtime.execution_operations import ExecutionOperations, che
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.manual_triggers import claim_manual, occurrence_id_for
 from scheduler_core.runtime.node import Node
+from scheduler_core.runtime.startup import check_pool, connections_needed, migrate, validated_declared
 from scheduler_core.runtime.task_operations import TaskOperations, TaskState
 from scheduler_core.store import (
     ExecutionRepository,
@@ -46,7 +46,6 @@ from scheduler_core.store.retention import PruneResult
 from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
 TRIGGER_POLL_S = 0.2
-RESERVED_CONNECTIONS = 4  # the tick's held line and its pooled work, lease keeper, one trigger()/operator caller
 MEASURE_CLOCKS_MAX_S = 15.0  # Galera: how long start() watches the other nodes' heartbeats (runtime/clock_skew.py)
 
 
@@ -125,11 +124,11 @@ class Scheduler:
 
     def _init(self) -> None:
         prepare_engine(self._engine)
-        self._check_pool()
+        check_pool(self._engine, self._config)
         galera = check_galera(self._engine)  # a Galera node set up against a rule: GaleraSettingError
-        self._migrate()
+        migrate(self._engine, self._config)
         tasks_repo = TaskRepository(self._engine)
-        tasks_repo.declare(self._validated_declared())
+        tasks_repo.declare(validated_declared(self._declared, self._executors.validate))
         executions = ExecutionRepository(self._engine, self._config.node_id, self._config.lease_ms)
         ctx = RuntimeContext(self._config, tasks_repo, executions, LogRepository(self._engine), self._executors,
                              self._hooks, self._forget, self.outage)
@@ -141,41 +140,8 @@ class Scheduler:
         self._ctx = ctx
 
     def connections_needed(self) -> int:
-        """The connections this node may hold at once: one per handler thread, plus the tick's
-        held line and its pooled work, the lease keeper and one operator call."""
-        return self._config.max_concurrency + RESERVED_CONNECTIONS
-
-    def _check_pool(self) -> None:
-        """Every handler thread, the tick and the lease keeper may hold a connection at once.
-
-        A smaller pool starves the lease keeper under load, and leases then run out while
-        their owners are alive: refuse it up front.
-        """
-        available = pool_capacity(self._engine)
-        needed = self.connections_needed()
-        if available is not None and available < needed:
-            raise ConfigError("max_concurrency", f"{self._config.max_concurrency} handler threads need a connection "
-                                                 f"pool of at least {needed} (this engine's pool holds {available}); "
-                                                 "raise the pool size or lower max_concurrency")
-
-    def _migrate(self) -> None:
-        if self._config.auto_migrate:
-            upgrade(self._engine)
-        elif not migration_state(self._engine).up_to_date:
-            raise InitFailedError("the database schema is not up to date; run `hai-scheduler db upgrade`")
-
-    def _validated_declared(self) -> list[TaskDefinition]:
-        seen: set[str] = set()
-        result = []
-        for task in self._declared:
-            if not isinstance(task, TaskDefinition):
-                raise ConfigError("tasks", "must be TaskDefinition objects")
-            valid = validate_task(task, self._executors.validate)
-            if valid.id in seen:
-                raise TaskAlreadyExistsError(f"task {valid.id!r} is declared twice", task_id=valid.id)
-            seen.add(valid.id)
-            result.append(valid)
-        return result
+        """The connections this node may hold at once (runtime/startup.py)."""
+        return connections_needed(self._config)
 
     def start(self) -> None:
         with self._lock:

@@ -16,12 +16,13 @@ from enum import StrEnum
 
 from scheduler_core.cron import describe, dst_note, next_fire_ms, upcoming, validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError, ConflictError, TaskNotFoundError
-from scheduler_core.model import Execution, Pause, TaskDefinition
+from scheduler_core.model import Execution, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import REASON_MAX, check_cursor
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.journal_queries import JournalQueries, RunCell
 from scheduler_core.store.task_queries import NEVER_RUN, StoredTask, TaskFilter, TaskQueries
+from scheduler_core.task_policies import Pause
 from scheduler_core.validation import (
     ID_MAX,
     PAGE_LIMIT,

@@ -23,10 +23,11 @@ from scheduler_core.errors import (
     SchedulerError,
     TaskAlreadyExistsError,
 )
-from scheduler_core.model import DECLARED, Pause, TaskDefinition, declared_json, validate_task
+from scheduler_core.model import DECLARED, TaskDefinition, declared_json, validate_task
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore
 from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
+from scheduler_core.task_policies import Pause
 from scheduler_core.task_schema import DeclaredField, Widget
 
 TASKS_VERSION = "tasks_version"

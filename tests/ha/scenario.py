@@ -48,7 +48,7 @@ from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.db import create_engine, db_now_ms, upgrade
 from scheduler_core.db.tables import executions, nodes
-from scheduler_core.model import RetryPolicy
+from scheduler_core.task_policies import RetryPolicy
 from scheduler_core.testing import OFFSET_ENV, set_clock_offset
 from tests.ha.cluster import Cluster
 from tests.helpers.http_server import RecordedRequest, RecordingServer

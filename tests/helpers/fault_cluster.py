@@ -25,8 +25,9 @@ from sqlalchemy.engine import Engine
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.db.tables import executions
-from scheduler_core.model import Execution, RetryPolicy
+from scheduler_core.model import Execution
 from scheduler_core.store.executions import execution_from_row
+from scheduler_core.task_policies import RetryPolicy
 from scheduler_core.testing import OFFSET_ENV, clock_offset
 from tests.helpers.node_cluster import register_tasks
 from tests.helpers.oracle import Effect, TaskSpec, read_events, record_effect

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from scheduler_core.cron import cron_occurrence_id
-from scheduler_core.model import CatchupPolicy, Pause, TaskDefinition
+from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.misses import ROWS_PER_TASK, plan_gap
 from scheduler_core.statuses import Trigger
+from scheduler_core.task_policies import CatchupPolicy, Pause
 
 MINUTE = 60_000
 T0 = 1_796_000_000_000 - 1_796_000_000_000 % 3_600_000  # an hour start

@@ -23,20 +23,21 @@ from scheduler_core.masking import restore_masked
 from scheduler_core.model import DECLARED, TaskDefinition
 from scheduler_core.runtime.task_operations import TaskRow
 from webapp.api import schemas as s
+from webapp.api import task_schemas as t
 from webapp.api.core import CONFLICT_CODE, ApiProblem, Caller, operation
 from webapp.api.schemas import Strict
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED
 
-MAX_PAUSE_MINUTES = s.MAX_PAUSE_MINUTES
+MAX_PAUSE_MINUTES = t.MAX_PAUSE_MINUTES
 
 
-def task_out(task: TaskDefinition) -> s.Task:
-    return s.Task.model_validate(task.masked())
+def task_out(task: TaskDefinition) -> t.Task:
+    return t.Task.model_validate(task.masked())
 
 
-def _row(row: TaskRow) -> s.TaskRow:
-    return s.TaskRow(id=row.id, task=task_out(row.task) if row.task else None, problem=row.problem,
+def _row(row: TaskRow) -> t.TaskRow:
+    return t.TaskRow(id=row.id, task=task_out(row.task) if row.task else None, problem=row.problem,
                      state=str(row.state) if row.state else None, last_status=row.last.status if row.last else None,
                      last_occurrence_id=row.last.occurrence_id if row.last else None, next_run_ms=row.next_run_ms)
 
@@ -57,21 +58,21 @@ def _no_code(handler: dict[str, Any] | None) -> None:
 
 
 @operation("GET", "/tasks", summary="Search tasks (the Tasks page's field:value search), keyset pages",
-           role="viewer", query=s.TaskSearch, response=s.TaskPage)
-def list_tasks(caller: Caller, query: s.TaskSearch) -> s.TaskPage:
+           role="viewer", query=t.TaskSearch, response=t.TaskPage)
+def list_tasks(caller: Caller, query: t.TaskSearch) -> t.TaskPage:
     page = scheduler_of(current_app).task_ops.search(query.q, query.limit, after=query.after, before=query.before)
-    return s.TaskPage(rows=[_row(row) for row in page.rows], next_after=page.next_after, prev_before=page.prev_before)
+    return t.TaskPage(rows=[_row(row) for row in page.rows], next_after=page.next_after, prev_before=page.prev_before)
 
 
 @operation("GET", "/tasks/<path:task_id>", summary="One task's stored definition (secrets masked)", role="viewer",
-           response=s.Task)
-def get_task(caller: Caller, task_id: s.TaskId) -> s.Task:
+           response=t.Task)
+def get_task(caller: Caller, task_id: s.TaskId) -> t.Task:
     return task_out(scheduler_of(current_app).task_ops.get(task_id))
 
 
-@operation("POST", "/tasks", summary="Create an api or hook task", role="admin", body=s.TaskCreate,
-           response=s.Task, status=201)
-def create_task(caller: Caller, body: Strict) -> s.Task:
+@operation("POST", "/tasks", summary="Create an api or hook task", role="admin", body=t.TaskCreate,
+           response=t.Task, status=201)
+def create_task(caller: Caller, body: Strict) -> t.Task:
     _no_code(getattr(body, "handler", None))
     definition = TaskDefinition(**_declared(body, (f.name for f in DECLARED)))
     stored = scheduler_of(current_app).register(definition)
@@ -80,8 +81,8 @@ def create_task(caller: Caller, body: Strict) -> s.Task:
 
 
 @operation("PATCH", "/tasks/<path:task_id>", summary="Change a task at the version read (409 when it changed)",
-           role="admin", body=s.TaskUpdate, response=s.Task)
-def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> s.Task:
+           role="admin", body=t.TaskUpdate, response=t.Task)
+def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> t.Task:
     scheduler = scheduler_of(current_app)
     current = scheduler.task_ops.get(task_id)
     given = body.model_fields_set - {"expected_updated_at"}
@@ -104,16 +105,16 @@ def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> s.Task:
 
 
 @operation("DELETE", "/tasks/<path:task_id>", summary="Delete a task at the version read", role="admin",
-           body=s.Version, response=s.Deleted)
-def delete_task(caller: Caller, body: s.Version, task_id: s.TaskId) -> s.Deleted:
+           body=s.Version, response=t.Deleted)
+def delete_task(caller: Caller, body: s.Version, task_id: s.TaskId) -> t.Deleted:
     deleted = scheduler_of(current_app).task_ops.delete(task_id, body.expected_updated_at)
     caller.audit("task.delete", task_id, before=deleted.masked())
-    return s.Deleted(id=task_id, deleted=True)
+    return t.Deleted(id=task_id, deleted=True)
 
 
 @operation("POST", "/tasks/pause/<path:task_id>", summary="Pause a task's cron occurrences", role="operator",
-           body=s.PauseIn, response=s.Task)
-def pause_task(caller: Caller, body: s.PauseIn, task_id: s.TaskId) -> s.Task:
+           body=t.PauseIn, response=t.Task)
+def pause_task(caller: Caller, body: t.PauseIn, task_id: s.TaskId) -> t.Task:
     scheduler = scheduler_of(current_app)
     scheduler.task_ops.get(task_id)
     reason = body.reason.strip()
@@ -134,8 +135,8 @@ def pause_task(caller: Caller, body: s.PauseIn, task_id: s.TaskId) -> s.Task:
 
 
 @operation("POST", "/tasks/resume/<path:task_id>", summary="Resume a paused task", role="operator",
-           response=s.Task)
-def resume_task(caller: Caller, task_id: s.TaskId) -> s.Task:
+           response=t.Task)
+def resume_task(caller: Caller, task_id: s.TaskId) -> t.Task:
     scheduler = scheduler_of(current_app)
     before = scheduler.task_ops.get(task_id)
     resumed = scheduler.resume(task_id, by=caller.name)
@@ -148,8 +149,8 @@ def resume_task(caller: Caller, task_id: s.TaskId) -> s.Task:
 
 @operation("POST", "/tasks/trigger/<path:task_id>",
            summary="Run a task now (never waits for the run); the same idempotency key returns the same occurrence",
-           role="operator", body=s.TriggerIn, response=s.Triggered, status=202)
-def trigger_task(caller: Caller, body: s.TriggerIn, task_id: s.TaskId) -> s.Triggered:
+           role="operator", body=t.TriggerIn, response=t.Triggered, status=202)
+def trigger_task(caller: Caller, body: t.TriggerIn, task_id: s.TaskId) -> t.Triggered:
     scheduler = scheduler_of(current_app)
     scheduler.task_ops.get(task_id)
     key = (body.idempotency_key or "").strip() or None
@@ -159,4 +160,4 @@ def trigger_task(caller: Caller, body: s.TriggerIn, task_id: s.TaskId) -> s.Trig
     execution = scheduler.execution.get(occurrence)
     caller.audit("task.trigger", task_id, after={"occurrence_id": occurrence, "status": execution.status,
                                                  "source": source, "idempotency_key": key, "existing": existed})
-    return s.Triggered(occurrence_id=occurrence, status=execution.status, reason=execution.reason, existing=existed)
+    return t.Triggered(occurrence_id=occurrence, status=execution.status, reason=execution.reason, existing=existed)
