@@ -38,8 +38,8 @@ class Delivery:
 
 class Provider(Protocol):
     name: str
-    type: str  # smtp | api | aliyun-sms | console
-    idempotent: bool  # only api providers whose receiver deduplicates by Idempotency-Key
+    type: str  # a key of providers._TYPES: smtp | api | slack | pagerduty | aliyun-sms | console
+    idempotent: bool  # the receiver deduplicates by the key send() is given (an api provider declared so, pagerduty)
 
     def validate_recipient(self, to: str) -> None:
         """Raise InvalidRecipientError when ``to`` cannot be an address of this provider."""

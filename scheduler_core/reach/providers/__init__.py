@@ -1,6 +1,7 @@
-"""Notification providers: building them from configuration (``build_providers``), and the five
-types ``smtp``, ``api`` (webhook), ``slack`` (a Slack or Mattermost incoming webhook), ``aliyun-sms``
-and ``console``. Settings and outcomes per type: docs/executors-and-providers.md."""
+"""Notification providers: building them from configuration (``build_providers``), and the six
+types ``smtp``, ``api`` (webhook), ``slack`` (a Slack or Mattermost incoming webhook), ``pagerduty``
+(PagerDuty Events API v2), ``aliyun-sms`` and ``console``. Settings and outcomes per type:
+docs/executors-and-providers.md."""
 
 from __future__ import annotations
 
@@ -11,22 +12,24 @@ from typing import Any
 from scheduler_core.db.config import is_production
 from scheduler_core.errors import ReachConfigError, UnsupportedTypeError
 from scheduler_core.reach.base import Provider
-from scheduler_core.reach.providers import console, slack, sms, smtp, webhook
+from scheduler_core.reach.providers import console, pagerduty, slack, sms, smtp, webhook
 from scheduler_core.reach.providers._config import Settings, check_name
 from scheduler_core.reach.providers.console import ConsoleProvider
+from scheduler_core.reach.providers.pagerduty import PagerDutyProvider
 from scheduler_core.reach.providers.slack import SlackProvider
 from scheduler_core.reach.providers.sms import AliyunSmsProvider
 from scheduler_core.reach.providers.smtp import SmtpProvider
 from scheduler_core.reach.providers.webhook import WebhookProvider
 
-__all__ = ["PROVIDER_TYPES", "AliyunSmsProvider", "ConsoleProvider", "SlackProvider", "SmtpProvider",
-           "WebhookProvider", "build_provider", "build_providers"]
+__all__ = ["PROVIDER_TYPES", "AliyunSmsProvider", "ConsoleProvider", "PagerDutyProvider", "SlackProvider",
+           "SmtpProvider", "WebhookProvider", "build_provider", "build_providers"]
 
 # type -> (the settings it accepts besides name and type, its constructor)
 _TYPES: dict[str, tuple[tuple[str, ...], Callable[[Settings], Provider]]] = {
     "smtp": (smtp.SETTINGS, SmtpProvider.from_settings),
     "api": (webhook.SETTINGS, WebhookProvider.from_settings),
     "slack": (slack.SETTINGS, SlackProvider.from_settings),
+    "pagerduty": (pagerduty.SETTINGS, PagerDutyProvider.from_settings),
     "aliyun-sms": (sms.SETTINGS, AliyunSmsProvider.from_settings),
     "console": (console.SETTINGS, ConsoleProvider.from_settings),
 }

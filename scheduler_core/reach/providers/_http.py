@@ -1,4 +1,4 @@
-"""What the HTTP providers (api, slack, aliyun-sms) make of one exchange (:mod:`scheduler_core.transport`).
+"""What the HTTP providers (api, slack, pagerduty, aliyun-sms) make of one exchange (:mod:`scheduler_core.transport`).
 
 The response body is read (at most 64 KiB) only to pick an id or a result code out of its JSON;
 it is never returned, stored or quoted in an error.
