@@ -36,6 +36,7 @@ from scheduler_core.validation import (
 
 NAME_MAX = 255
 RUNBOOK_URL_MAX = 2048
+OWNER_MAX = 255
 DESCRIPTION_MAX = 10_000
 
 
@@ -97,6 +98,10 @@ class TaskDefinition:
         "is unknown (http or https); linked from the task's page.", max_length=RUNBOOK_URL_MAX,
         example="https://wiki.example.com/runbooks/nightly-export",
         invalid="javascript:alert(1)"), None)
+    owner: str | None = declare(TaskField(  # shown where an operator decides about this task's runs
+        "Owner", Widget.LINE, Section.TASK, "The team or person operators contact about this task's runs "
+        "(one line, e.g. team-billing (billing-oncall@example.com)); shown on the task's page.", max_length=OWNER_MAX,
+        example="team-billing (billing-oncall@example.com)", invalid="line one\nline two"), None)
     revision: int = declare(TaskField("Revision", Widget.STORED, Section.STORED, updatable=False),
                             0)  # incremented by every change
     paused: Pause | None = declare(TaskField(  # set by Scheduler.pause, cleared by resume
@@ -200,6 +205,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
         check_group(task.node_group, "node_group")
     params = check_params(task.params, capped=not stored)
     runbook_url = check_link(declared_text(task, "runbook_url"), "runbook_url")
+    owner = declared_text(task, "owner")
     handler = task.handler
     if handler is not None:
         if not isinstance(handler, Mapping):
@@ -207,7 +213,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
         check_json(handler, "handler")
         handler = handler_validator(handler) if handler_validator else dict(handler)
     return replace(task, description=description, cron=cron, timezone=timezone, retry=retry, params=params,
-                   handler=handler, catchup=catchup, runbook_url=runbook_url)
+                   handler=handler, catchup=catchup, runbook_url=runbook_url, owner=owner)
 
 
 

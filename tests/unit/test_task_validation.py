@@ -84,3 +84,16 @@ def test_each_text_field_takes_its_declared_length_and_not_one_more(name: str) -
             assert info.value.field == name and str(longest) in info.value.message, info.value
         else:
             validate_task(task)
+
+
+@pytest.mark.parametrize("owner", ["team-billing\nbilling-oncall@example.com", "a\rb", "", "   ", "x" * 256,
+                                   "ops\x00", "ops\ud800", 7, ["team-billing"]])
+def test_an_owner_is_one_line_of_text(owner: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_task(TaskDefinition(id="t", name="T", cron="* * * * *", owner=owner))
+    assert info.value.field == "owner"
+
+
+def test_an_owner_is_kept_as_given() -> None:
+    for owner in ("team-billing (billing-oncall@example.com)", "Ünal Öz, ops \u202e", "x" * 255, None):
+        assert validate_task(TaskDefinition(id="t", name="T", cron="* * * * *", owner=owner)).owner == owner

@@ -1,7 +1,7 @@
 """Text someone typed is isolated from the page's own text, so a right-to-left override (U+202E)
 in a name cannot reorder what follows it ("Invoice\u202eexe.txt" shown as "Invoicetxt.exe",
 or a status after a task id read backwards). Every page that shows such text is rendered with
-U+202E in each typed string (task id, name, description, node id and host, group, user name,
+U+202E in each typed string (task id, name, description, owner, node id and host, group, user name,
 reason, source, idempotency key, audit target), and every piece of text holding U+202E must sit
 inside an isolating element: ``<bdi>`` (the ``bdi`` filter), an element with ``dir``, a form
 control, or -- in a ``<title>`` or a ``data-confirm`` / ``title`` attribute, where no element can
@@ -30,6 +30,7 @@ RLO = "\u202e"
 TASK = f"invoice-{RLO}exe.txt"
 NAME = f"Invoice {RLO}exe.txt"
 OCCURRENCE = f"occ-{RLO}1"
+OWNER = f"team-{RLO}gnillib"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 # Elements whose text is its own box: an override inside cannot reach the page's text.
 CONTROLS = {"textarea", "option", "script", "style"}
@@ -98,7 +99,7 @@ def spoofed(app: Flask, auth: Auth) -> Flask:
     scheduler = scheduler_of(app)
     engine = app.extensions["hai_engine"]
     scheduler.register(TaskDefinition(id=TASK, name=NAME, cron="0 2 * * *", description=f"Sends {RLO}fdp.exe",
-                                      node_group=f"group-{RLO}x"))
+                                      node_group=f"group-{RLO}x", owner=OWNER))
     row = execution_row(OCCURRENCE, db_now(engine) - 60_000, "failed", TASK)
     row.update(reason=f"broken {RLO}gnihton", source=f"manual:{RLO}admin", idempotency_key=f"key-{RLO}1",
                owner_node=f"node-{RLO}a")
@@ -130,7 +131,7 @@ def test_typed_text_is_isolated_on_every_page(spoofed: Flask, client: FlaskClien
 def test_the_task_detail_isolates_each_typed_string(spoofed: Flask, client: FlaskClient) -> None:
     page = client.get(f"/tasks/view/{quote(TASK)}").get_data(as_text=True)
     assert f"<title>Task \u2068{TASK}\u2069 · hai-scheduler</title>" in page
-    for text in (NAME, f"Sends {RLO}fdp.exe", f"deploy {RLO}yrev"):
+    for text in (NAME, f"Sends {RLO}fdp.exe", f"deploy {RLO}yrev", OWNER):
         assert str(bdi(text)) in page
     assert f"<bdi>by carol-{RLO}dan</bdi>" in page
     assert f'data-confirm="Disable task {fsi(TASK)}?' in page
