@@ -148,14 +148,16 @@ UPDATABLE_FIELDS = tuple(f.name for f in DECLARED if f.spec.updatable)
 
 
 def declared_text(task: TaskDefinition, name: str) -> str | None:
-    """Field ``name`` of ``task`` checked as text by its declaration: required unless it has a
-    default, at most its ``max_length``, one line unless its widget is TEXT (the bound the form's
-    and the API's inputs state is the one checked here)."""
+    """Field ``name`` of ``task`` checked as text by its declaration: without surrounding
+    whitespace (as the form's inputs give it, so every door stores the same value), required
+    unless it has a default, at most its ``max_length``, one line unless its widget is TEXT (the
+    bound the form's and the API's inputs state is the one checked here)."""
     declared = _BY_NAME[name]
     if declared.spec.max_length is None:
         raise TypeError(f"{name}: a text field declares its max_length")
+    value = getattr(task, name)
     check = check_text if declared.required else check_optional_text
-    return check(getattr(task, name), name, declared.spec.max_length,
+    return check(value.strip() if isinstance(value, str) else value, name, declared.spec.max_length,
                  single_line=declared.spec.widget is not Widget.TEXT)
 
 
@@ -192,7 +194,8 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
     """Return the task normalised, or raise ConfigError / InvalidCronError naming the field.
     ``stored``: the task is read back from the database (the size cap on params is for writes)."""
     check_id(task.id, "id")
-    declared_text(task, "name")
+    name = declared_text(task, "name")
+    assert name is not None  # a required field: declared_text refused None
     description = declared_text(task, "description")
     cron = validate_cron(task.cron)
     timezone = validate_timezone(task.timezone)
@@ -212,10 +215,8 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
             raise ConfigError("handler", "must be a mapping with a 'kind', or None")
         check_json(handler, "handler")
         handler = handler_validator(handler) if handler_validator else dict(handler)
-    return replace(task, description=description, cron=cron, timezone=timezone, retry=retry, params=params,
+    return replace(task, name=name, description=description, cron=cron, timezone=timezone, retry=retry, params=params,
                    handler=handler, catchup=catchup, runbook_url=runbook_url, owner=owner)
-
-
 
 
 def declared_json(task: TaskDefinition) -> dict[str, Any]:

@@ -106,3 +106,35 @@ def _form_error(page: str, form_name: str) -> str:
     found = re.search(rf'<span class="field-error" id="{re.escape(form_name)}-error">(.*?)</span>', page, re.S)
     assert found, f"no error span for {form_name}"
     return unescape(found.group(1))
+
+
+TEXTS = [f.name for f in DECLARED if f.spec.widget in (Widget.LINE, Widget.TEXT)]
+
+
+def test_surrounding_whitespace_is_stored_alike_through_every_door(api: Api, db_app: Flask, tmp_path: Path) -> None:
+    """The form's inputs give text without its surrounding whitespace; so do the other doors (the
+    same value stored, whichever door it came through)."""
+    scheduler = scheduler_of(db_app)
+    browser = db_app.test_client()
+    Auth(browser).login()
+    for name in TEXTS:
+        example = next(f.spec.example for f in DECLARED if f.name == name)
+        padded = f"  {example}  "
+        stored = {}
+        entry = {**_bad(f"pad-py-{name}", name), name: padded}
+        stored["python"] = getattr(scheduler.register(TaskDefinition(**entry)), name)
+        entry = {**_bad(f"pad-api-{name}", name), name: padded}
+        response = api.call("POST", "/api/v1/tasks", body=entry)
+        assert response.status_code == 201, (name, response.get_json())
+        stored["api"] = getattr(scheduler.task_ops.get(entry["id"]), name)
+        entry = {**_bad(f"pad-file-{name}", name), name: padded}
+        path = tmp_path / f"pad-{name}.yaml"
+        path.write_text(yaml.safe_dump({"tasks": [entry]}, sort_keys=False))
+        (task,) = read_task_file(str(path), {}).tasks
+        stored["file"] = getattr(task, name)
+        entry = {**_bad(f"pad-form-{name}", name), name: padded}
+        fields = _typed(entry, name)
+        response = browser.post("/tasks/new", data={**fields, "csrf_token": csrf_token(browser, "/tasks/new")})
+        assert response.status_code == 303, (name, response.status_code)
+        stored["form"] = getattr(scheduler.task_ops.get(entry["id"]), name)
+        assert stored == dict.fromkeys(stored, example), name
