@@ -26,9 +26,10 @@ def _page(code: int, title: str, message: str) -> ResponseReturnValue:
 
 
 def _csrf(error: CSRFError) -> ResponseReturnValue:
-    body, code = _page(400, "Please try again", "This form expired or was not sent from this dashboard. "
-                                                "The page has been refreshed; submit it again.")
-    response = Response(body, status=code)
+    body = render_template("errors.html", code=400, title="Please try again",
+                           message="This form expired or was not sent from this dashboard. The page has been "
+                                   "refreshed; submit it again.")
+    response = Response(body, status=400)
     if is_htmx():
         response.headers["HX-Refresh"] = "true"  # a fresh token, instead of a dead button
     return response

@@ -9,6 +9,8 @@ previewed set, each row by its own compare-and-set (scheduler_core/runtime/unkno
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
@@ -174,7 +176,8 @@ def bulk_resolve() -> ResponseReturnValue:
         message += (f" {result.changed} had changed since the preview (resolved by someone else) and were left"
                     " as they are.")
     flash(message, "success" if not result.changed else "warning")
-    return redirect(url_for("executions.unknown", **{k: v for k, v in filters.items() if v})), 303
+    shown: dict[str, Any] = {k: v for k, v in filters.items() if v}
+    return redirect(url_for("executions.unknown", **shown)), 303
 
 
 @bp.post("/<occurrence_id>/resolve")

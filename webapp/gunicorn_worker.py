@@ -25,7 +25,7 @@ def uri_too_long(detail: str) -> bytes:
     return head.encode("latin-1") + body
 
 
-class ProblemWorker(ThreadWorker):
+class ProblemWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn has no type information
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         if not isinstance(exc, LimitRequestLine):
             super().handle_error(req, client, addr, exc)

@@ -29,7 +29,8 @@ from scheduler_core.statuses import (
     LogPersistenceStatus,
     Resolution,
 )
-from scheduler_core.store.journal_queries import BoundedCount, HourBucket, JournalQueries, KeysetPage
+from scheduler_core.store.journal_queries import BoundedCount, JournalQueries, KeysetPage
+from scheduler_core.store.journal_queries import HourBucket as HourBucket  # the web reads its fields
 from scheduler_core.store.journal_queries import Cursor as Cursor  # re-exported: the web's page cursors come from here
 from scheduler_core.store.logs import LogFilter
 from scheduler_core.store.transactions import is_unreachable

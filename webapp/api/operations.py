@@ -14,7 +14,7 @@ from flask import current_app
 
 from scheduler_core.db import health_check, migration_state
 from scheduler_core.errors import ConfigError, SchedulerError
-from scheduler_core.masking import mask_values
+from scheduler_core.masking import mask_text, mask_values
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.reach.queue import QueueRow
 from scheduler_core.runtime.accounts import MAX_REASON
@@ -24,7 +24,7 @@ from scheduler_core.validation import check_text
 from webapp.api import schemas as s
 from webapp.api.core import Caller, not_found, operation
 from webapp.forms import review_errors
-from webapp.logs import REPAIR_ALL_ROUNDS, mask_text
+from webapp.logs import REPAIR_ALL_ROUNDS
 from webapp.node import reach_of, scheduler_of
 
 ALIVE_HEARTBEATS = 3  # a node is alive while its heartbeat is younger than three intervals

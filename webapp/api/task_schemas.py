@@ -132,7 +132,7 @@ class TriggerIn(Strict):
 
 
 class TaskSearch(Query):
-    q: Annotated[text(MAX_QUERY, blank=True),
+    q: Annotated[text(MAX_QUERY, blank=True),  # type: ignore[valid-type]
                  Field(description="status:failed kind:api enabled:false tz:... words")] = ""
     limit: Limit = 50
     after: Id | None = Field(default=None, description="next_after of the previous answer")
@@ -162,7 +162,7 @@ def _output_type(declared: DeclaredField) -> Any:
     return kind | None if not declared.required and declared.default is None else kind
 
 
-Task = create_model(
+Task = create_model(  # type: ignore[call-overload]  # the fields are computed: no overload says so
     "Task", __base__=BaseModel, __doc__="A stored definition, secrets masked (``***``).",
     **{declared.name: (_output_type(declared), ...) for declared in DECLARED},
     revision=(int, ...), paused=(PauseOut | None, ...), created_at=(int | None, ...),
@@ -171,7 +171,7 @@ Task = create_model(
 
 class TaskRow(BaseModel):
     id: str
-    task: Task | None = Field(description="None: the stored definition is unreadable (see problem)")
+    task: Task | None = Field(description="None: the stored definition is unreadable (see problem)")  # type: ignore[valid-type]
     problem: str | None
     state: str | None = Field(description="ok | paused | disabled | blocked")
     last_status: str | None

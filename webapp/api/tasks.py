@@ -99,7 +99,8 @@ def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> t.Task:
         if declared.spec.secret and declared.name in changes:
             changes[declared.name] = restore_masked(changes[declared.name], getattr(current, declared.name),
                                                     declared.name)
-    stored = scheduler.update_task(task_id, expected_updated_at=body.expected_updated_at, **changes)
+    version = body.expected_updated_at  # type: ignore[attr-defined]  # TaskUpdate's fields are computed
+    stored = scheduler.update_task(task_id, expected_updated_at=version, **changes)
     caller.audit("task.update", task_id, before=current.masked(), after=stored.masked())
     return task_out(stored)
 
