@@ -30,8 +30,8 @@ from scheduler_core.statuses import (
     Resolution,
 )
 from scheduler_core.store.journal_queries import BoundedCount, JournalQueries, KeysetPage
-from scheduler_core.store.journal_queries import HourBucket as HourBucket  # the web reads its fields
 from scheduler_core.store.journal_queries import Cursor as Cursor  # re-exported: the web's page cursors come from here
+from scheduler_core.store.journal_queries import HourBucket as HourBucket  # the web reads its fields
 from scheduler_core.store.logs import LogFilter
 from scheduler_core.store.transactions import is_unreachable
 from scheduler_core.store.unknown_review import UnknownReviewQueries
