@@ -26,7 +26,7 @@ MAX_BATCH = 500  # rows per transaction: bounds statement size and lock hold tim
 RELEASE_S = 0.05  # a flusher with nothing to do for this long gives its connection back
 IDLE_EXIT_S = 2.0  # ... and ends after this long (a new submit restarts it)
 DEFER_MAX_S = 1.0  # a deferred write waits at most this long for the starts to be made ...
-DEFER_BATCH = 100  # ... and no longer once this many are queued (one large batch is cheap)
+DEFER_BATCH = MAX_BATCH  # ... and no longer once a whole batch is queued (one large batch is cheap)
 DEFER_POLL_S = 0.005  # how often a deferring flusher asks again
 
 

@@ -36,6 +36,7 @@ from scheduler_core.store.transactions import AutocommitLine, is_unreachable, re
 
 logger = logging.getLogger("scheduler_core.node")
 CLAIM_BATCH = 200
+FIRST_CLAIM = 50  # the first claim of a busy minute takes at least this many (bench/RESULTS.md §2)
 TICK_BACKOFF_MAX_S = 2.0  # the longest a node waits to ask again while the database does not answer
 BOUNDARY_MARGIN_MS = 2  # wake this much after a minute begins (DB clock), so that it has begun
 
@@ -63,6 +64,7 @@ class Node:
         # under the same id, can produce it.
         self._token_namespace = uuid.uuid4()
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
+        self._theirs: set[DueOccurrence] = set()  # backlog items of another node's share
         self._planned_minute = 0  # the last minute this node advanced the cluster's watermark to
         self._watch = CapabilityWatch(grace_s=ctx.config.tick_interval_ms / 1000)
         self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
@@ -197,7 +199,9 @@ class Node:
         self._watch.add(d for d in due if not self._runnable(d.task_id))
         due = [d for d in due if self._runnable(d.task_id)]
         self._close_gap(snapshot)
-        self.planner.backlog.extend(self._spread.order(due, self._capability))  # runtime/spread.py
+        mine, theirs = self._spread.order(due, self._capability)  # runtime/spread.py
+        self.planner.backlog.extend(mine + theirs)
+        self._theirs.update(theirs)
         try:
             self._claim_backlog()
         finally:
@@ -256,16 +260,21 @@ class Node:
 
     def _claim_backlog(self) -> None:
         """Claim from the backlog while there is room, in batches that double from twice the
-        threads up to ``CLAIM_BATCH``: the threads get their first work after a small claim
-        (a few ms), and the larger claims that follow overlap with their running."""
-        backlog = self.planner.backlog
-        size = 2 * self.ctx.config.max_concurrency
+        threads (at least ``FIRST_CLAIM``) up to ``CLAIM_BATCH``: the threads get their first
+        work after a small claim (a few ms), and the larger claims that follow overlap with
+        their running."""
+        backlog, theirs = self.planner.backlog, self._theirs
+        size = max(FIRST_CLAIM, 2 * self.ctx.config.max_concurrency)
         while backlog and self.accepting:
-            room = min(self.runs.free_capacity(), size, CLAIM_BATCH)
+            other = backlog[0] in theirs  # another node's share: for idle threads only (runtime/spread.py)
+            room = min(self.runs.free_threads() if other else self.runs.free_capacity(), size, CLAIM_BATCH)
             if room == 0:
                 return
-            batch = [backlog.popleft() for _ in range(min(room, len(backlog)))]
+            batch: list[DueOccurrence] = []
+            while backlog and len(batch) < room and (backlog[0] in theirs) == other:
+                batch.append(backlog.popleft())
             self._claim_batch(batch)
+            theirs.difference_update(batch)
             size *= 2
 
     def _claim_batch(self, batch: list[DueOccurrence]) -> None:

@@ -59,6 +59,25 @@ class Runner:
         # The terminal commit is handed to the group commit: the runner needs no thread any more
         # (the node's claims count the runners that still do).
         self.committing = False
+        self._ahead: tuple[BeginRequest, Answer[bool]] | None = None  # the first begin, submitted before a thread
+
+    @property
+    def can_begin_ahead(self) -> bool:
+        """A fresh claim whose definition is known and fine: its first begin may be written
+        before it has a thread. (Not a takeover, a queued run or a manual one: they read the
+        definition on their thread first.)"""
+        owned = self.owned
+        return not (owned.reread or owned.attempts or owned.task is None or self.signal.is_set()
+                    or definition_problem(owned.execution, owned.task))
+
+    def begin_ahead(self) -> Answer[bool]:
+        """Submit the first attempt's begin before this runner has a thread (``RunPool``, only
+        when ``can_begin_ahead``): its handler is then called as soon as a thread takes it, the
+        begin already durable, and no thread waits for a commit."""
+        request = self._begin_request()
+        answer = self.ctx.writes.begins.submit(request)
+        self._ahead = (request, answer)
+        return answer
 
     # --- entry -----------------------------------------------------------------------
 
@@ -117,17 +136,28 @@ class Runner:
                 error=f"owner {a.node_id} lost its lease before reporting (taken over)")
             for a in self.owned.attempts]
 
-    def _begin_attempt(self) -> bool:
+    def _begin_request(self) -> BeginRequest:
+        """The next attempt, appended, and the begin that journals it."""
         number = len(self.owned.attempts) + 1
         attempt = Attempt(log_id=str(uuid.uuid4()), attempt=number, sequence=self.owned.execution.sequence,
                           node_id=self.ctx.node_id, started_at=self.ctx.clock.now_ms())
         self.owned.attempts.append(attempt)
-        request = BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts),
-                               self.owned.execution)
+        return BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts),
+                            self.owned.execution)
+
+    def _begin_attempt(self) -> bool:
+        ahead, self._ahead = self._ahead, None
+        request, answer = ahead if ahead is not None else (self._begin_request(), None)
+
+        def ask() -> bool:  # the begin submitted ahead is asked first, then (if unanswered) again
+            nonlocal answer
+            pending, answer = answer, None
+            return (pending or self.ctx.writes.begins.submit(request)).result()
+
         # The begin writes the same attempts again when it is repeated: a begin whose answer was
         # lost (no primary, a COMMIT cut) is written again until the database answers, and the
         # handler starts only once it is known committed -- on the primary the finish will reach.
-        if self._until_answered(lambda: self.ctx.writes.begins.submit(request).result()):
+        if self._until_answered(ask):
             return True
         self.owned.attempts.pop()
         return False
@@ -162,6 +192,8 @@ class Runner:
                                 signal=self.signal, hooks=self.ctx.hooks)
 
     def _call_handler(self) -> Outcome:
+        last = self.owned.attempts[-1]  # its start is the handler's (the begin may be a moment older)
+        self.owned.attempts[-1] = replace(last, started_at=max(last.started_at, self.ctx.clock.now_ms()))
         request = self._request()
         hooks = request.hooks
         hooks.observe("on_task_start", hooks.event(request))
@@ -221,8 +253,12 @@ class Runner:
         return Next.ATTEMPT
 
     def _cancelled_before_start(self) -> Step:
-        """Cancelled while no handler of this owner was running."""
+        """Cancelled while no handler of this owner was running (a begin submitted ahead may be
+        journaled: its attempt is closed as interrupted, its handler never called)."""
         reason = self.signal.reason or "cancelled"
+        if self._ahead is not None:
+            self._ahead = None
+            self._overrule_last_attempt(AttemptStatus.INTERRUPTED, f"cancelled before its handler was called: {reason}")
         if reason == "lease_lost":
             return self._log(UNCONFIRMED, "lease lost")
         return self._finish(ExecutionStatus.INTERRUPTED, reason, release=True)

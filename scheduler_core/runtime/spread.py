@@ -7,8 +7,11 @@ commit): at the boundary, with 1,000 tasks due, a node's first claim waited abou
 the other's, while no handler ran on either. So each node claims ITS share first -- the
 occurrences whose hash falls to it among the live nodes able to run the task -- and only then
 the rest, in a random order, which is how a node that finished its share helps with another's
-(or takes over the share of a node that stopped beating). The order never decides who runs an
-occurrence: the claim does (one journal row per occurrence id, whoever inserts it first).
+(or takes over the share of a node that stopped beating). Another's share is claimed only for
+threads that are idle, never for the prefetch (``Node._claim_backlog``): a node that claimed its
+own share ahead of its threads leaves the rest to the node whose share it is, instead of holding
+it where it waits for a thread. The order never decides who runs an occurrence: the claim does
+(one journal row per occurrence id, whoever inserts it first).
 
 The live nodes are read at most once per heartbeat interval, after a tick's claims (never in
 front of them), and only by ticks that had something due: an idle tick stays one statement.
@@ -51,15 +54,16 @@ class Spread:
         self._read_at: float | None = None
         self._capable: dict[Capability, list[str]] = {}
 
-    def order(self, due: list[DueOccurrence], capability: Callable[[str], Capability]) -> list[DueOccurrence]:
-        """``due``, this node's share first, each part in a random order."""
+    def order(self, due: list[DueOccurrence],
+              capability: Callable[[str], Capability]) -> tuple[list[DueOccurrence], list[DueOccurrence]]:
+        """``due`` split into this node's share and the others', each in a random order."""
         mine: list[DueOccurrence] = []
         others: list[DueOccurrence] = []
         for occurrence in due:
             (mine if self._is_mine(occurrence, capability(occurrence.task_id)) else others).append(occurrence)
         random.shuffle(mine)
         random.shuffle(others)
-        return mine + others
+        return mine, others
 
     def _is_mine(self, occurrence: DueOccurrence, needs: Capability) -> bool:
         capable = self._capable.get(needs)

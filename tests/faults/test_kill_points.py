@@ -11,7 +11,10 @@ killed                 not idempotent                          idempotent (budge
 before claim commit    nothing journaled: the survivor claims  the same
                        and runs it (sequence 1)
 after claim commit     interrupted (owner_lost_before_start),  taken over once (sequence 2), runs
-                       slot freed                              attempt 1
+before begin commit    slot freed                              attempt 1
+after begin commit,    unknown (lease_expired), slot kept      taken over once: attempts
+before the handler     (the journal cannot tell that the       [unknown, success]
+                       handler was never called)
 in the handler         unknown (lease_expired), slot kept:     taken over once: attempts
 before finish          the next minute is skipped (slot_busy)  [unknown, success]
                        until an operator resolves it
@@ -63,13 +66,13 @@ def _expect_first(point: str, idempotent: bool, first: Execution, kill_where: st
     if point == "before_claim_commit":
         assert (first.status, first.sequence, first.owner_node) == ("success", 1, "survivor")
         assert statuses == [("survivor", 1, "success")]
-    elif point == "after_claim_commit" and not idempotent:
+    elif point in ("after_claim_commit", "before_begin_commit") and not idempotent:
         assert (first.status, first.reason, first.attempts) == ("interrupted", "owner_lost_before_start", ())
-    elif point == "after_claim_commit":
+    elif point in ("after_claim_commit", "before_begin_commit"):
         assert (first.status, first.sequence, statuses) == ("success", 2, [("survivor", 2, "success")])
-    elif point in ("in_handler", "before_finish") and not idempotent:
+    elif point in ("after_begin_commit", "in_handler", "before_finish") and not idempotent:
         assert (first.status, first.reason, statuses) == ("unknown", "lease_expired", [(DOOMED, 1, "unknown")])
-    elif point in ("in_handler", "before_finish"):
+    elif point in ("after_begin_commit", "in_handler", "before_finish"):
         assert (first.status, first.sequence) == ("success", 2)
         assert statuses == [(DOOMED, 1, "unknown"), ("survivor", 2, "success")]
     else:  # before_projection: the finish committed, the projection never ran

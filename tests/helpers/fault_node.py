@@ -16,6 +16,11 @@ product code knows about them:
   a row of the watched task;
 - ``after_claim_commit``: once that commit is done (the connection is checked in, or any
   statement runs next, whichever comes first);
+- ``before_begin_commit``: on ``commit`` of a transaction that began an attempt (``UPDATE
+  executions`` of the attempts), once a claim of the watched task has committed here (a begin's
+  parameters name the occurrence, not the task: the tests that use it run one task);
+- ``after_begin_commit``: once that commit is done (check-in, the next statement, or the
+  handler called, whichever comes first: never after the handler's effect);
 - ``in_handler``: the hook signals its own process right after recording its effect;
 - ``after_handler``: in ``on_task_finish`` / ``on_task_error``, once the handler returned;
 - ``before_finish``: after the handler returned, before an ``UPDATE executions`` that sets
@@ -62,7 +67,8 @@ from scheduler_core.db import create_engine
 from scheduler_core.testing import set_clock_offset_from_env
 from tests.helpers.oracle import Effect, append_event, record_effect
 
-POINTS = ("before_claim_commit", "after_claim_commit", "in_handler", "before_finish", "before_projection")
+POINTS = ("before_claim_commit", "after_claim_commit", "before_begin_commit", "after_begin_commit", "in_handler",
+          "before_finish", "before_projection")
 PAUSE_POINTS = ("in_handler", "after_handler")  # no statement running: SIGSTOP without holding locks
 # SIGSTOP only: inside the terminal commit's transaction, after its finish UPDATE and slot
 # release, before its INSERT INTO logs (the owner holds the row locks of a released slot).
@@ -114,6 +120,7 @@ class KillSwitch:
         self.checked_out_lock = threading.Lock()
         self.handler_returned = False  # the watched task's handler came back (on_task_finish / _error)
         self.finish_committed = False
+        self.claim_committed = False  # a claim of the watched task committed in this process
         self.armed_after_commit: str | None = None  # kill at the next opportunity, for this reason
         self._killing = threading.Lock()  # taken by the one thread that kills
 
@@ -212,6 +219,8 @@ class KillSwitch:
         seen = self._seen(conn)
         if kind == "claim" and self._watched(parameters):
             seen.add("claim")
+        elif kind == "begin" and self.claim_committed:
+            seen.add("begin")
         elif kind == "finish" and self.handler_returned:
             seen.add("finish")
             self.fire("before_finish", "before the finishing UPDATE executions")
@@ -237,8 +246,13 @@ class KillSwitch:
         seen = self._seen(conn)
         if "claim" in seen:
             self.fire("before_claim_commit", "on commit of the claim transaction")
+            self.claim_committed = True
             if self.point == "after_claim_commit":
                 self.armed_after_commit = "the claim commit"
+        if "begin" in seen:
+            self.fire("before_begin_commit", "on commit of the begin transaction")
+            if self.point == "after_begin_commit":
+                self.armed_after_commit = "the begin commit"
         if "finish" in seen:
             self.finish_committed = True
             if self.point == "before_projection" and "projection" in seen:
@@ -262,6 +276,8 @@ def main() -> None:
 
     def execute(hook_event: Any) -> Any:
         ctx = hook_event.context
+        if switch.armed_after_commit and switch.watches(ctx.task_id):  # before the effect, never after
+            switch.kill(switch.point, f"the handler called after {switch.armed_after_commit}")
         record_effect(events, Effect(ctx.task_id, ctx.occurrence_id, ctx.attempt, ctx.sequence, node_id, os.getpid()))
         if switch.watches(ctx.task_id):
             switch.fire("in_handler", "in the handler, after its effect")

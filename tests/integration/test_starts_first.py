@@ -168,3 +168,75 @@ def test_the_node_collects_before_a_busy_minute_not_during_it(engine: Engine, ma
     collector = node._node._collector
     assert collector.collections == 1 and collector.last_at_ms is not None
     assert boundary - 1_500 < collector.last_at_ms < boundary
+
+
+# --- begins written ahead of the threads ------------------------------------------------------
+
+
+def test_begins_are_written_ahead_of_the_threads_not_one_thread_count_at_a_time(engine: Engine,
+                                                                              make_node: Any) -> None:
+    """runtime/run_pool.py: a fresh claim's first begin is written before it has a thread, for the
+    idle threads and what the busy ones take within a short horizon at their pace, so a begin
+    batch is not bounded by the thread count. Before: a runner held its thread through its begin's
+    commit, so at 2 threads 60 occurrences took at least 30 begin statements (batches of 2)."""
+    from sqlalchemy import event
+
+    from tests.helpers.fault_node import statement_kind
+
+    count, threads = 60, 2
+    begins: list[int] = []
+
+    def counted(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if statement_kind(statement) == "begin":
+            begins.append(1)
+
+    event.listen(engine, "before_cursor_execute", counted)
+    offset, boundary = next_boundary(engine, lead_ms=2_500)
+    set_clock_offset(engine, offset)
+    node = make_node(hooks={"on_task_execute": lambda event: None}, max_concurrency=threads)
+    for i in range(count):
+        node.register(TaskDefinition(id=f"ahead-{i:03d}", name=f"Ahead {i}", cron=cron_at(boundary)))
+    node.start()
+    deadline = time.monotonic() + 60
+    while len([r for r in journal(engine, scheduled_minute=boundary) if r.status == "success"]) < count:
+        assert time.monotonic() < deadline, "the minute did not run"
+        time.sleep(0.1)
+    rows = journal(engine, scheduled_minute=boundary)
+    assert all(len(r.attempts) == 1 and r.attempts[0]["status"] == "success" for r in rows), rows
+    assert 0 < len(begins) <= count // threads // 2, f"{len(begins)} begin statements for {count} occurrences"
+
+
+def test_a_runner_cancelled_after_its_begin_ahead_ends_interrupted_without_its_handler(engine: Engine,
+                                                                                     make_node: Any) -> None:
+    """A begin written ahead, then the task deleted before a thread took the runner: the handler
+    is never called, the execution ends ``interrupted`` (slot freed), and the begun attempt is
+    closed as interrupted -- not left open, which would read as a handler that may have run."""
+    import uuid
+
+    from scheduler_core.runtime.recovery import claimed_execution
+    from scheduler_core.runtime.runner import Ownership, Runner
+    from scheduler_core.statuses import Trigger
+    from scheduler_core.store import ClaimOutcome, ClaimRequest
+
+    called: list[str] = []
+    node = make_node(hooks={"on_task_execute": lambda event: called.append(event.context.occurrence_id)})
+    task = node.register(TaskDefinition(id="ahead-cancelled", name="Ahead cancelled", cron="0 0 1 1 *"))
+    ctx = node.context()
+    request = ClaimRequest(occurrence_id=str(uuid.uuid4()), task_id=task.id, task_revision=task.revision,
+                           trigger=Trigger.MANUAL, max_attempts=1, token=str(uuid.uuid4()))
+    assert [r.outcome for r in ctx.executions.claim([request])] == [ClaimOutcome.CLAIMED]
+    runner = Runner(ctx, Ownership(claimed_execution(request, ctx.node_id), request.token, task, []))
+    ctx.register_runner(runner)
+    assert runner.can_begin_ahead
+    assert runner.begin_ahead().result(10) is True
+    [begun] = journal(engine, occurrence_id=request.occurrence_id)
+    assert [a["status"] for a in begun.attempts] == [None]
+    runner.signal.cancel("deleted")
+    runner.start()
+    record = runner.done.result(10)
+    [row] = journal(engine, occurrence_id=request.occurrence_id)
+    assert called == [] and (row.status, row.reason) == ("interrupted", "deleted"), record
+    assert [(a["status"], a["error"]) for a in row.attempts] == [
+        ("interrupted", "cancelled before its handler was called: deleted")]
+    with engine.connect() as conn:
+        assert conn.execute(select(slots.c.occurrence_id).where(slots.c.task_id == task.id)).scalar() is None

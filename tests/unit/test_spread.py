@@ -48,11 +48,11 @@ def test_each_node_claims_its_own_share_first_and_the_shares_split_the_minute() 
     due = _due(600)
     firsts = {}
     for node_id in ("a", "b", "c"):
-        ordered = _spread(node_id, nodes).order(list(due), _hook)
-        assert sorted(ordered, key=lambda d: d.task_id) == due  # a permutation: nothing lost or added
-        mine = [d for d in ordered if share_of(d.task_id, d.minute_ms, ["a", "b", "c"]) == node_id]
-        assert ordered[: len(mine)] == mine  # its share first
-        firsts[node_id] = {d.task_id for d in mine}
+        share, others = _spread(node_id, nodes).order(list(due), _hook)
+        assert sorted(share + others, key=lambda d: d.task_id) == due  # a split: nothing lost or added
+        mine = [d for d in due if share_of(d.task_id, d.minute_ms, ["a", "b", "c"]) == node_id]
+        assert sorted(share, key=lambda d: d.task_id) == mine  # its share, the rest the others'
+        firsts[node_id] = {d.task_id for d in share}
     assert set.union(*firsts.values()) == {d.task_id for d in due}
     assert sum(len(s) for s in firsts.values()) == len(due)  # disjoint
     assert min(len(s) for s in firsts.values()) > 150  # and about even (600 / 3 each)
@@ -62,23 +62,23 @@ def test_only_nodes_able_to_run_a_task_share_it() -> None:
     nodes = _Nodes([_node("web-1", ("api", "python")), _node("app", ("api", "python", "hook")),
                     _node("web-2", ("api", "python"))])
     due = _due(100)
-    app = _spread("app", nodes).order(list(due), _hook)
-    assert len(app) == 100  # every hook occurrence is the hook node's share; none waits for a web worker
+    app, others = _spread("app", nodes).order(list(due), _hook)
+    assert len(app) == 100 and not others  # every hook occurrence is the hook node's share; none waits for a web worker
     assert all(share_of(d.task_id, d.minute_ms, ["app"]) == "app" for d in app)
     # api tasks: every node is able, so the minute is split three ways and web-1 starts with its third
     shares = Counter(share_of(d.task_id, d.minute_ms, ["app", "web-1", "web-2"]) for d in due)
     assert set(shares) == {"app", "web-1", "web-2"}
-    web = _spread("web-1", nodes).order(list(due), lambda _: ("api", None))
-    first = web[: shares["web-1"]]
+    first, rest = _spread("web-1", nodes).order(list(due), lambda _: ("api", None))
+    assert len(first) == shares["web-1"] and len(rest) == 100 - len(first)
     assert all(share_of(d.task_id, d.minute_ms, ["app", "web-1", "web-2"]) == "web-1" for d in first)
 
 
 def test_without_peers_every_occurrence_is_its_share_and_reads_wait_a_heartbeat() -> None:
     lonely = Spread("a", _Nodes([]), 30_000, 10.0)  # type: ignore[arg-type]
-    assert len(lonely.order(_due(50), _hook)) == 50  # never read: random order of everything
+    assert len(lonely.order(_due(50), _hook)[0]) == 50  # never read: everything is its share
     nodes = _Nodes([_node("b"), _node("c")])  # "a" has not beaten yet
     spread = _spread("a", nodes)
-    assert len(spread.order(_due(50), _hook)) == 50
+    assert len(spread.order(_due(50), _hook)[0]) == 50
     spread.refresh_if_stale()
     spread.refresh_if_stale()
     assert nodes.reads == 1  # at most one read per heartbeat interval

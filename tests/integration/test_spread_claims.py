@@ -1,0 +1,57 @@
+"""Another node's share of a minute is claimed for idle threads only (runtime/spread.py).
+
+A node claims its own share first, and the rest only for threads it has idle: never for its
+prefetch, where another node's occurrences would wait behind its own for a thread while that
+node could start them. A share whose node does not come is still run, as threads free up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from scheduler_core import TaskDefinition
+from scheduler_core.runtime.spread import share_of
+from scheduler_core.store import NodeRepository
+from scheduler_core.testing import set_clock_offset
+from tests.helpers.node_cluster import cron_at, journal, next_boundary
+
+
+def test_another_nodes_share_waits_for_an_idle_thread_not_for_the_prefetch(engine: Engine, make_node: Any) -> None:
+    offset, boundary = next_boundary(engine, lead_ms=3_000)
+    set_clock_offset(engine, offset)
+    release, started = threading.Event(), threading.Event()
+
+    def execute(event: Any) -> None:
+        started.set()
+        release.wait(20)
+
+    node = make_node(hooks={"on_task_execute": execute}, node_id="here", max_concurrency=1, max_queued=50)
+    ids = [f"share-{i:02d}" for i in range(12)]
+    for task_id in ids:
+        node.register(TaskDefinition(id=task_id, name=task_id, cron=cron_at(boundary)))
+    NodeRepository(engine).heartbeat("peer", "host-peer", 1, capabilities=["hook"])  # alive, never claims
+    node.start()
+    deadline = time.monotonic() + 10
+    while not [n for n in NodeRepository(engine).alive(60_000)[1] if n.node_id == "here"]:
+        assert time.monotonic() < deadline, "the node never beat"
+        time.sleep(0.05)
+    assert node._node is not None
+    spread = node._node._spread
+    spread._read_at = None  # read the live nodes now, not a heartbeat after the first busy tick
+    spread.refresh_if_stale()
+    mine = {t for t in ids if share_of(t, boundary, ["here", "peer"]) == "here"}
+    assert 0 < len(mine) < len(ids)
+    try:
+        assert started.wait(15), "no handler started"
+        time.sleep(0.5)  # several ticks: a prefetch would have claimed the peer's share by now
+        claimed = {row.task_id for row in journal(engine, scheduled_minute=boundary)}
+        assert claimed == mine, f"claimed {sorted(claimed - mine)} of the peer's share for the prefetch"
+    finally:
+        release.set()
+    deadline = time.monotonic() + 30
+    while len([r for r in journal(engine, scheduled_minute=boundary) if r.status == "success"]) < len(ids):
+        assert time.monotonic() < deadline, "the peer's share was not run by the node that was there"
+        time.sleep(0.1)
