@@ -63,6 +63,7 @@ from _common import (
 )
 from sqlalchemy import func, select
 
+from scheduler_core.config import SchedulerConfig
 from scheduler_core.db import close_engine
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.model import TaskDefinition
@@ -225,7 +226,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1_000)
     parser.add_argument("--minutes", type=int, default=10, choices=range(1, 60), metavar="1..59")
     parser.add_argument("--lead-s", type=float, default=15.0, help="seconds between node start and the first minute")
-    parser.add_argument("--concurrency", type=int, default=8, help="max_concurrency per node")
+    parser.add_argument("--concurrency", type=int, default=SchedulerConfig().max_concurrency,
+                        help="max_concurrency per node (default: the product's, %(default)s)")
     parser.add_argument("--handler-ms", type=_range, default=None, metavar="LOW-HIGH",
                         help="slow handlers: each task takes a fixed time in this range (e.g. 1000-4000)")
     parser.add_argument("--ceiling-s", type=float, default=2.0,

@@ -22,13 +22,17 @@ What is counted, by ``metric`` (``scope``, ``label``):
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from sqlalchemy import case, func, literal, or_, select
+from sqlalchemy import BigInteger, Text, bindparam, case, cast, func, literal, literal_column, or_, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.elements import ColumnElement
 
 from scheduler_core.db.clock import db_statement_now_ms
 from scheduler_core.db.engine import dialect_kind
@@ -107,24 +111,56 @@ class Tally:
         statement's DB time; existing rows change ``value`` only."""
         if not self.counts:
             return
-        now = db_statement_now_ms()
-        rows = [{"metric": m, "scope": s, "label": lb, "value": n, "created_at": now}
-                for (m, s, lb), n in sorted(self.counts.items())]
-        conn.execute(_upsert(conn, rows))
+        _add(conn, sorted(self.counts.items()))
 
 
-def _upsert(conn: Connection, rows: Sequence[dict[str, object]]) -> Insert:
+def _add(conn: Connection, ordered: Sequence[tuple[Key, int]]) -> None:
+    """Add each value to its row (made if missing), the rows in the given order: one statement."""
     kind = dialect_kind(conn)
-    value = metric_totals.c.value
-    if kind == "mysql":
-        my = mysql.insert(metric_totals).values(list(rows))
-        return my.on_duplicate_key_update(value=value + my.inserted.value)
-    keys = list(metric_totals.primary_key.columns)
     if kind == "postgresql":
-        pg = postgresql.insert(metric_totals).values(list(rows))
-        return pg.on_conflict_do_update(index_elements=keys, set_={"value": value + pg.excluded.value})
-    lite = sqlite.insert(metric_totals).values(list(rows))
-    return lite.on_conflict_do_update(index_elements=keys, set_={"value": value + lite.excluded.value})
+        conn.execute(_PG_UPSERT, {"rows": json.dumps([[m, s, lb, n] for (m, s, lb), n in ordered])})
+    elif kind == "sqlite":
+        conn.execute(_SQLITE_UPSERT, [{"metric": m, "scope": s, "label": lb, "value": n} for (m, s, lb), n in ordered])
+    else:
+        conn.execute(_mysql_upsert([{"metric": m, "scope": s, "label": lb, "value": n, "created_at": _NOW}
+                                    for (m, s, lb), n in ordered]))
+
+
+# On PostgreSQL and SQLite the upsert's SQL does not depend on the tally, so the engine compiles
+# it once: a multi-row VALUES list is compiled again for every tally (its parameters named by row),
+# and on PostgreSQL that was half of a node's busy time in a burst, where each begin batch counts
+# its lateness per task (bench/PROFILE.md, sixth round). PostgreSQL: the rows as one JSON document
+# (store/dialect.py), inserted in their order (key order: concurrent writers lock the rows alike).
+# SQLite: the one-row statement executed for each row, in order (a loop in C). MySQL keeps the
+# multi-row VALUES: PyMySQL sends an executemany as one INSERT only when every value is a
+# parameter, and ``created_at`` is the database's time.
+def _pg_upsert() -> Insert:
+    elements = func.jsonb_array_elements(cast(bindparam("rows", type_=Text()), JSONB)).table_valued(
+        "value", with_ordinality="n").render_derived(name="tally")
+    row = elements.c.value
+
+    def field(i: int, type_: Any) -> ColumnElement[Any]:
+        return cast(row.op("->>")(literal_column(str(i))), type_)
+
+    rows = select(field(0, Text()), field(1, Text()), field(2, Text()), field(3, BigInteger()),
+                  db_statement_now_ms()).select_from(elements).order_by(elements.c.n)
+    pg = postgresql.insert(metric_totals).from_select(["metric", "scope", "label", "value", "created_at"], rows)
+    return pg.on_conflict_do_update(index_elements=list(metric_totals.primary_key.columns),
+                                    set_={"value": metric_totals.c.value + pg.excluded.value})
+
+
+def _mysql_upsert(rows: list[dict[str, object]]) -> Insert:
+    my = mysql.insert(metric_totals).values(rows)
+    return my.on_duplicate_key_update(value=metric_totals.c.value + my.inserted.value)
+
+
+def _sqlite_upsert() -> Insert:
+    lite = sqlite.insert(metric_totals).values(created_at=db_statement_now_ms())
+    return lite.on_conflict_do_update(index_elements=list(metric_totals.primary_key.columns),
+                                      set_={"value": metric_totals.c.value + lite.excluded.value})
+
+
+_PG_UPSERT, _SQLITE_UPSERT, _NOW = _pg_upsert(), _sqlite_upsert(), db_statement_now_ms()
 
 
 def read_series(conn: Connection, max_task_series: int, other: str) -> list[tuple[str, str, str, int]]:
@@ -151,7 +187,6 @@ def read_series(conn: Connection, max_task_series: int, other: str) -> list[tupl
 def lock_tasks(conn: Connection, task_ids: Iterable[str]) -> None:
     """Lock the ``task`` rows of ``task_ids`` until this transaction ends (made if missing, their
     values unchanged): writers that must not count the same thing twice queue here, in key order."""
-    now = db_statement_now_ms()
-    rows = [{"metric": TASK, "scope": t, "label": "", "value": 0, "created_at": now} for t in sorted(set(task_ids))]
-    if rows:
-        conn.execute(_upsert(conn, rows))
+    ordered = [((TASK, t, ""), 0) for t in sorted(set(task_ids))]
+    if ordered:
+        _add(conn, ordered)

@@ -222,6 +222,40 @@ def test_one_statement_per_commit_with_rows_in_key_order(engine: Engine) -> None
     assert list(tally.counts) != keys and keys == sorted(keys)
 
 
+def test_the_upsert_is_compiled_once_whatever_the_tally_holds(engine: Engine) -> None:
+    """A begin batch counts each occurrence's lateness under its task: a tally of hundreds of rows,
+    every batch. Its SQL must not depend on the rows (PostgreSQL and SQLite), or the engine compiles
+    it again each time -- half of a node's busy time in a burst before (bench/PROFILE.md). MySQL
+    keeps a multi-row VALUES list: PyMySQL sends an executemany as one INSERT only when every value
+    is a parameter, and ``created_at`` is the database's time."""
+    texts: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "metric_totals" in statement:
+            texts.append(statement)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        for size in (2, 40):
+            tally = Tally()
+            for i in range(size):
+                tally.lateness(f"compiled-{i:03d}", 120 + i)
+            write(engine, tally.write)
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert len(texts) == 2
+    if engine.dialect.name == "mysql":
+        assert texts[0] != texts[1]
+    else:
+        assert texts[0] == texts[1]
+    with engine.connect() as conn:
+        total = conn.execute(select(func.sum(metric_totals.c.value)).where(
+            metric_totals.c.scope.like("compiled-%"), metric_totals.c.label == "250")).scalar_one()
+        created = conn.execute(select(func.min(metric_totals.c.created_at)).where(
+            metric_totals.c.scope.like("compiled-%"))).scalar_one()
+    assert total == 42 and created > 0  # every row counted once, stamped with the database's time
+
+
 # --- exposition ----------------------------------------------------------------------------
 
 
