@@ -19,6 +19,6 @@ for round in $(seq "${ROUNDS:-2}"); do
     label=${pair%%=*}; tree=${pair#*=}
     out=$(cd "$tree" && PYTHONPATH="$tree" "$PY" bench/steady.py --backend postgresql --tasks "${TASKS:-1000}" \
           --minutes "${MINUTES:-2}" --concurrency "${CONCURRENCY:-6}" --ceiling-s 0 --json 2>&1 | grep '^{' | tail -1)
-    echo "$label ${CONCURRENCY:-8} $(echo "$out" | "$PY" -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["lateness_p50_ms"], d["lateness_p99_ms"], d["lateness_max_ms"], d.get("cpu_ms_per_execution"), d.get("db_cpu_ms_per_execution"), d.get("min_node_share_pct"), d.get("p50_over_floor"), d.get("p99_over_floor"))')"
+    echo "$label ${CONCURRENCY:-6} $(echo "$out" | "$PY" -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["lateness_p50_ms"], d["lateness_p99_ms"], d["lateness_max_ms"], d.get("cpu_ms_per_execution"), d.get("db_cpu_ms_per_execution"), d.get("min_node_share_pct"), d.get("p50_over_floor"), d.get("p99_over_floor"))')"
   done
 done

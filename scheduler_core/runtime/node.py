@@ -13,8 +13,6 @@ import time
 import uuid
 from collections.abc import Callable
 
-from sqlalchemy.engine import Connection
-
 from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.db.outage import Backoff
 from scheduler_core.model import TaskDefinition
@@ -265,17 +263,40 @@ class Node:
         their running."""
         backlog, theirs = self.planner.backlog, self._theirs
         size = max(FIRST_CLAIM, 2 * self.ctx.config.max_concurrency)
+        pruned = False
         while backlog and self.accepting:
             other = backlog[0] in theirs  # another node's share: for idle threads only (runtime/spread.py)
             room = min(self.runs.free_threads() if other else self.runs.free_capacity(), size, CLAIM_BATCH)
             if room == 0:
                 return
+            if other and not pruned:
+                pruned = True
+                self._drop_journaled_theirs()
+                continue
             batch: list[DueOccurrence] = []
             while backlog and len(batch) < room and (backlog[0] in theirs) == other:
                 batch.append(backlog.popleft())
             self._claim_batch(batch)
             theirs.difference_update(batch)
             size *= 2
+
+    def _drop_journaled_theirs(self) -> None:
+        """Drop from the backlog the occurrences of another node's share that the journal holds
+        (its node claimed them meanwhile), with one read: claimed a few at a time for idle
+        threads, each would have been a write transaction that found them taken, dozens of them
+        in a busy minute, beside that node's own claims and begins. (Not one whose claim by this
+        node went unanswered: its retry must find our row and run it.)"""
+        backlog, theirs = self.planner.backlog, self._theirs
+        ids = {due: cron_occurrence_id(due.task_id, due.minute_ms) for due in backlog if due in theirs}
+        asked = [i for i in ids.values() if i not in self._unanswered]
+        journaled = self.ctx.executions.journaled(asked)
+        if not journaled:
+            return
+        gone = {due for due, i in ids.items() if i in journaled}
+        kept = [due for due in backlog if due not in gone]
+        backlog.clear()
+        backlog.extend(kept)
+        theirs.difference_update(gone)
 
     def _claim_batch(self, batch: list[DueOccurrence]) -> None:
         requests = []
@@ -289,8 +310,10 @@ class Node:
                 occurrence_id=occurrence_id, task_id=due.task_id, task_revision=due.revision, trigger=Trigger.CRON,
                 max_attempts=task.max_attempts, token=str(uuid.uuid5(self._token_namespace, occurrence_id)),
                 scheduled_minute=due.minute_ms, retry=occurrence_id in self._unanswered))
-        try:
-            results = self.ctx.executions.claim(requests)
+        if not requests:
+            return
+        try:  # the tasks version after the claim, read in its transaction (_definitions_after_claim)
+            results, version = self.ctx.executions.claim_then(requests, self.ctx.tasks.version)
         except Exception:
             # Seen: keep them until journaled. The COMMIT may have been applied all the same
             # (its answer lost): the retry, same tokens, finds its own rows and runs them.
@@ -301,11 +324,10 @@ class Node:
         claimed = {r.occurrence_id for r in results if r.outcome == ClaimOutcome.CLAIMED}
         mine = [r for r in requests if r.occurrence_id in claimed]
         if mine:
-            self._dispatch_claimed(mine)
+            self._dispatch_claimed(mine, version)
 
-    def _dispatch_claimed(self, requests: list[ClaimRequest]) -> None:
-        definitions = read(self.ctx.executions.engine,
-                           lambda conn: self._definitions_after_claim(conn, [r.task_id for r in requests]))
+    def _dispatch_claimed(self, requests: list[ClaimRequest], version: int) -> None:
+        definitions = self._definitions_after_claim(version, [r.task_id for r in requests])
         for r in requests:
             execution = claimed_execution(r, self.ctx.node_id)
             found = definitions.get(r.task_id)
@@ -316,17 +338,18 @@ class Node:
                 runner.signal.cancel("unreadable")
             self.runs.submit(runner)
 
-    def _definitions_after_claim(self, conn: Connection, task_ids: list[str]) -> dict[str, TaskDefinition | Exception]:
+    def _definitions_after_claim(self, version: int, task_ids: list[str]) -> dict[str, TaskDefinition | Exception]:
         """The definitions as stored after the claim, for the whole batch.
 
-        The planner's definitions were read after the tasks version this node last saw; if
-        the version has not moved since, no task changed, and they are the stored ones. Else
-        the batch's rows are read again (one statement either way in the usual case).
+        ``version`` is the tasks version read in the claim's transaction, after its statements.
+        The planner's definitions were read after the version this node last saw; if it has not
+        moved, no task changed, and they are the stored ones. Else the batch's rows are read again.
+        (A change committed later is the next tick's: ``_cancel_stale_runners``.)
         """
-        if self.ctx.tasks.version(conn) == self._tasks_version:
+        if version == self._tasks_version:
             known = {task_id: self.planner.task(task_id) for task_id in task_ids}
             return {task_id: task for task_id, task in known.items() if task is not None}
-        return self.ctx.tasks.get_many(conn, task_ids)
+        return read(self.ctx.executions.engine, lambda conn: self.ctx.tasks.get_many(conn, task_ids))
 
     # --- misses ---------------------------------------------------------------------------
 

@@ -4,8 +4,9 @@ reads of the journal and the slots that the runtime needs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
@@ -28,6 +29,8 @@ from scheduler_core.store.journal import (
     execution_from_row,
 )
 from scheduler_core.store.transactions import read, write
+
+T = TypeVar("T")
 
 __all__ = [
     "SLOT_RETRY_PAUSES_S",
@@ -67,6 +70,13 @@ class ExecutionRepository:
             return []
         ordered = sorted(requests, key=lambda r: r.occurrence_id)
         return write(self.engine, lambda conn: journal.claim(conn, self.writer, ordered))
+
+    def claim_then(self, requests: Sequence[ClaimRequest],
+                   then: Callable[[Connection], T]) -> tuple[list[ClaimResult], T]:
+        """``claim``, then ``then(conn)`` in the same transaction, after the claim's statements: a
+        read the claimer needs right after its claim, without a transaction of its own."""
+        ordered = sorted(requests, key=lambda r: r.occurrence_id)
+        return write(self.engine, lambda conn: (journal.claim(conn, self.writer, ordered), then(conn)))
 
     def begin_attempt(self, occurrence_id: str, token: str, attempts: Sequence[Attempt]) -> bool:
         """Record that attempt ``len(attempts)`` starts now, and extend the lease. False: the
