@@ -24,6 +24,12 @@ with its reason, never by turning a check off:
   ``/tasks/pause/{task_id}``, and ``OPTIONS`` there lists both paths' methods:
   ``unsupported_method`` and ``allow_header_conformance`` are not asked of another method than
   the operation's own on those three action paths.
+- A "negative" case whose invalid parts never reach the server as invalid is not asked to be
+  refused (``negative_data_rejection``): its Authorization header (this test always sends the
+  role's real token instead) and query values that are one-element lists whose one value the
+  document allows (``?before=1`` is the same request line whether ``before`` was ``"1"`` or
+  ``[1]``). Found by this test on 5 Dec 2026: ``GET /tasks?before=1`` with a token, answered
+  200, was reported as "schema-violating request accepted".
 """
 
 from __future__ import annotations
@@ -38,9 +44,13 @@ import hypothesis
 import pytest
 import requests
 import schemathesis
+from jsonschema import Draft202012Validator
 from schemathesis.checks import load_all_checks
+from schemathesis.core.parameters import ParameterLocation
+from schemathesis.generation.modes import GenerationMode
 from schemathesis.specs.openapi.checks import (
     allow_header_conformance,
+    negative_data_rejection,
     positive_data_acceptance,
     unsupported_method,
 )
@@ -144,7 +154,65 @@ def _not_asked(case: Any) -> list[Any]:
         excluded += [unsupported_method, allow_header_conformance]  # /tasks/{task_id}, its id holding /
     if case.query and "before" in case.query and "after" in case.query:
         excluded.append(positive_data_acceptance)  # the two cursors exclude each other
+    if _void_negative(case):
+        excluded.append(negative_data_rejection)  # its invalid parts are never sent as invalid
     return excluded
+
+
+def _void_negative(case: Any) -> bool:
+    """A negative case whose only negative components are its headers, holding no more than an
+    Authorization header (replaced by the role's token when sent), and its query, whose values
+    are each the document's (a one-element list sent as its one value)."""
+    meta = getattr(case, "meta", None)
+    if meta is None or meta.generation.mode != GenerationMode.NEGATIVE:
+        return False
+    negative = {location for location, info in meta.components.items() if info.mode == GenerationMode.NEGATIVE}
+    for location in negative:
+        if location == ParameterLocation.HEADER:
+            if {name.lower() for name in (case.headers or {})} - {"authorization"}:
+                return False
+        elif location == ParameterLocation.QUERY:
+            if not _query_as_documented(case.query or {}, _query_schemas(case.operation.definition.raw)):
+                return False
+        else:
+            return False
+    return bool(negative)
+
+
+def _query_schemas(operation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p.get("schema", {}) for p in operation.get("parameters", []) if p.get("in") == "query"}
+
+
+def _query_as_documented(query: dict[str, Any], schemas: dict[str, dict[str, Any]]) -> bool:
+    """Every value, as the request line carries it (one-element lists as their value, text as
+    the server reads it), is one its parameter's schema allows."""
+    for name, value in query.items():
+        if name not in schemas:
+            return False
+        if isinstance(value, list):
+            if len(value) != 1:
+                return False
+            value = value[0]
+        if isinstance(value, (dict, list)) or value is None:
+            return False
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        readings: list[Any] = [text] + ([int(text)] if re.fullmatch(r"-?[0-9]+", text) else [])
+        if not any(Draft202012Validator(schemas[name]).is_valid(reading) for reading in readings):
+            return False
+    return True
+
+
+def test_a_negative_case_whose_invalid_parts_are_never_sent_is_not_asked_to_be_refused() -> None:
+    schemas = {"before": {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 128}, {"type": "null"}]},
+               "limit": {"type": "integer", "minimum": 1, "maximum": 100}}
+    assert _query_as_documented({"before": [1]}, schemas)  # sent as before=1
+    assert _query_as_documented({"before": "x", "limit": 5}, schemas)
+    assert not _query_as_documented({"before": [1, 2]}, schemas)  # before=1&before=2
+    assert not _query_as_documented({"before": ""}, schemas)
+    assert not _query_as_documented({"limit": [500]}, schemas)
+    assert not _query_as_documented({"limit": "x"}, schemas)
+    assert not _query_as_documented({"unknown": "1"}, schemas)
+    assert not _query_as_documented({"before": {"a": 1}}, schemas)
 
 
 def _call_and_validate(case: Any, served: Served, role: str) -> None:
