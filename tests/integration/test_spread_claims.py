@@ -22,6 +22,23 @@ from scheduler_core.testing import set_clock_offset
 from tests.helpers.node_cluster import cron_at, journal, next_boundary
 
 
+def _start_beside_a_peer(engine: Engine, node: Any, ids: list[str], boundary: int) -> None:
+    """Register ``ids`` due at ``boundary``, beat for an alive "peer" that never claims, start the
+    node ("here") and have it read the live nodes now (not a heartbeat after the first busy tick)."""
+    for task_id in ids:
+        node.register(TaskDefinition(id=task_id, name=task_id, cron=cron_at(boundary)))
+    NodeRepository(engine).heartbeat("peer", "host-peer", 1, capabilities=["hook"])
+    node.start()
+    deadline = time.monotonic() + 10
+    while not [n for n in NodeRepository(engine).alive(60_000)[1] if n.node_id == "here"]:
+        assert time.monotonic() < deadline, "the node never beat"
+        time.sleep(0.05)
+    assert node._node is not None
+    spread = node._node._spread
+    spread._read_at = None
+    spread.refresh_if_stale()
+
+
 def test_another_nodes_share_waits_for_an_idle_thread_not_for_the_prefetch(engine: Engine, make_node: Any) -> None:
     offset, boundary = next_boundary(engine, lead_ms=3_000)
     set_clock_offset(engine, offset)
@@ -33,18 +50,7 @@ def test_another_nodes_share_waits_for_an_idle_thread_not_for_the_prefetch(engin
 
     node = make_node(hooks={"on_task_execute": execute}, node_id="here", max_concurrency=1, max_queued=50)
     ids = [f"share-{i:02d}" for i in range(12)]
-    for task_id in ids:
-        node.register(TaskDefinition(id=task_id, name=task_id, cron=cron_at(boundary)))
-    NodeRepository(engine).heartbeat("peer", "host-peer", 1, capabilities=["hook"])  # alive, never claims
-    node.start()
-    deadline = time.monotonic() + 10
-    while not [n for n in NodeRepository(engine).alive(60_000)[1] if n.node_id == "here"]:
-        assert time.monotonic() < deadline, "the node never beat"
-        time.sleep(0.05)
-    assert node._node is not None
-    spread = node._node._spread
-    spread._read_at = None  # read the live nodes now, not a heartbeat after the first busy tick
-    spread.refresh_if_stale()
+    _start_beside_a_peer(engine, node, ids, boundary)
     mine = {t for t in ids if share_of(t, boundary, ["here", "peer"]) == "here"}
     assert 0 < len(mine) < len(ids)
     try:
@@ -70,18 +76,7 @@ def test_another_nodes_share_it_claimed_first_costs_one_read_not_a_claim_per_idl
     set_clock_offset(engine, offset)
     node = make_node(hooks={"on_task_execute": lambda event: None}, node_id="here", max_concurrency=2)
     ids = [f"taken-{i:02d}" for i in range(30)]
-    for task_id in ids:
-        node.register(TaskDefinition(id=task_id, name=task_id, cron=cron_at(boundary)))
-    NodeRepository(engine).heartbeat("peer", "host-peer", 1, capabilities=["hook"])
-    node.start()
-    deadline = time.monotonic() + 10
-    while not [n for n in NodeRepository(engine).alive(60_000)[1] if n.node_id == "here"]:
-        assert time.monotonic() < deadline, "the node never beat"
-        time.sleep(0.05)
-    assert node._node is not None
-    spread = node._node._spread
-    spread._read_at = None
-    spread.refresh_if_stale()
+    _start_beside_a_peer(engine, node, ids, boundary)
     theirs = [t for t in ids if share_of(t, boundary, ["here", "peer"]) == "peer"]
     assert 0 < len(theirs) < len(ids)
     # the peer's claims, ahead of the boundary (it is faster than this node at it)
