@@ -142,8 +142,7 @@ class Runner:
         attempt = Attempt(log_id=str(uuid.uuid4()), attempt=number, sequence=self.owned.execution.sequence,
                           node_id=self.ctx.node_id, started_at=self.ctx.clock.now_ms())
         self.owned.attempts.append(attempt)
-        return BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts),
-                            self.owned.execution)
+        return BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts))
 
     def _begin_attempt(self) -> bool:
         ahead, self._ahead = self._ahead, None

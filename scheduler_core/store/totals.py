@@ -14,9 +14,11 @@ What is counted, by ``metric`` (``scope``, ``label``):
 - ``missed`` (task, ""): missed cron minutes (a summary row counts the minutes it stands for);
 - ``deliveries`` (provider, outcome): each notification that ended sent, dead or unknown, and
   each verdict on an unknown one (sent, discarded);
-- ``lateness`` (task, bucket): cron occurrences by fire lateness -- the first attempt's start
-  minus the scheduled minute -- in the first bucket of ``LATENESS_BUCKETS_MS`` that holds it
-  (``+Inf`` beyond), not cumulative; label ``sum`` adds the milliseconds;
+- ``lateness`` (task, bucket): cron occurrences by fire lateness -- the first owner's first
+  attempt's start minus the scheduled minute -- in the first bucket of ``LATENESS_BUCKETS_MS``
+  that holds it (``+Inf`` beyond), not cumulative; label ``sum`` adds the milliseconds. Counted
+  by the transition that ends the first ownership (its terminal commit, a takeover, the expiry to
+  ``unknown``: ``journal.rows.first_lateness``), not by the begin, which is on every start's path;
 - ``task`` (task, ""): a lock row only (``lock_tasks``); the series are ordered by each task's oldest row.
 """
 
@@ -27,7 +29,21 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Text, bindparam, case, cast, func, literal, literal_column, or_, select
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Text,
+    bindparam,
+    case,
+    cast,
+    column,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
@@ -122,18 +138,18 @@ def _add(conn: Connection, ordered: Sequence[tuple[Key, int]]) -> None:
     elif kind == "sqlite":
         conn.execute(_SQLITE_UPSERT, [{"metric": m, "scope": s, "label": lb, "value": n} for (m, s, lb), n in ordered])
     else:
-        conn.execute(_mysql_upsert([{"metric": m, "scope": s, "label": lb, "value": n, "created_at": _NOW}
-                                    for (m, s, lb), n in ordered]))
+        conn.execute(_MYSQL_UPSERT, {"rows": json.dumps([[m, s, lb, n] for (m, s, lb), n in ordered])})
 
 
 # On PostgreSQL and SQLite the upsert's SQL does not depend on the tally, so the engine compiles
 # it once: a multi-row VALUES list is compiled again for every tally (its parameters named by row),
-# and on PostgreSQL that was half of a node's busy time in a burst, where each begin batch counts
-# its lateness per task (bench/PROFILE.md, sixth round). PostgreSQL: the rows as one JSON document
+# and on PostgreSQL that was half of a node's busy time in a burst, when each begin batch still
+# counted its lateness per task (bench/PROFILE.md, sixth round). PostgreSQL: the rows as one JSON document
 # (store/dialect.py), inserted in their order (key order: concurrent writers lock the rows alike).
-# SQLite: the one-row statement executed for each row, in order (a loop in C). MySQL keeps the
-# multi-row VALUES: PyMySQL sends an executemany as one INSERT only when every value is a
-# parameter, and ``created_at`` is the database's time.
+# SQLite: the one-row statement executed for each row, in order (a loop in C). MySQL / MariaDB:
+# the JSON document through ``JSON_TABLE`` (MariaDB 10.6+, MySQL 8.0.4+), in its order; an
+# executemany would not do, as PyMySQL sends it as one INSERT only when every value is a parameter
+# and ``created_at`` is the database's time.
 def _pg_upsert() -> Insert:
     elements = func.jsonb_array_elements(cast(bindparam("rows", type_=Text()), JSONB)).table_valued(
         "value", with_ordinality="n").render_derived(name="tally")
@@ -149,8 +165,20 @@ def _pg_upsert() -> Insert:
                                     set_={"value": metric_totals.c.value + pg.excluded.value})
 
 
-def _mysql_upsert(rows: list[dict[str, object]]) -> Insert:
-    my = mysql.insert(metric_totals).values(rows)
+def _mysql_upsert() -> Insert:
+    width = {c.name: c.type.length for c in metric_totals.primary_key.columns}  # type: ignore[attr-defined]
+    tally = text(
+        "SELECT n, metric, scope, label, value FROM JSON_TABLE(:rows, '$[*]' COLUMNS ("
+        "n FOR ORDINALITY, "
+        f"metric VARCHAR({width['metric']}) CHARACTER SET utf8mb4 PATH '$[0]' ERROR ON EMPTY, "
+        f"scope VARCHAR({width['scope']}) CHARACTER SET utf8mb4 PATH '$[1]' ERROR ON EMPTY, "
+        f"label VARCHAR({width['label']}) CHARACTER SET utf8mb4 PATH '$[2]' ERROR ON EMPTY, "
+        "value BIGINT PATH '$[3]' ERROR ON EMPTY)) AS rows_in"
+    ).columns(column("n", Integer()), column("metric", Text()), column("scope", Text()), column("label", Text()),
+              column("value", BigInteger())).subquery("tally")
+    t = tally.c
+    rows = select(t.metric, t.scope, t.label, t.value, db_statement_now_ms()).order_by(t.n)
+    my = mysql.insert(metric_totals).from_select(["metric", "scope", "label", "value", "created_at"], rows)
     return my.on_duplicate_key_update(value=metric_totals.c.value + my.inserted.value)
 
 
@@ -160,7 +188,7 @@ def _sqlite_upsert() -> Insert:
                                       set_={"value": metric_totals.c.value + lite.excluded.value})
 
 
-_PG_UPSERT, _SQLITE_UPSERT, _NOW = _pg_upsert(), _sqlite_upsert(), db_statement_now_ms()
+_PG_UPSERT, _SQLITE_UPSERT, _MYSQL_UPSERT = _pg_upsert(), _sqlite_upsert(), _mysql_upsert()
 
 
 def read_series(conn: Connection, max_task_series: int, other: str) -> list[tuple[str, str, str, int]]:

@@ -193,6 +193,24 @@ def test_catches_a_skip_without_reason() -> None:
     only(check(journal([skipped]), Window(M0, M0), [EVERY], []), "skipped without a reason")
 
 
+def test_fire_lateness_counted_once_for_each_ended_first_ownership() -> None:
+    rows = [row("every", M0), row("every", M0 + MINUTE_MS, attempts=[{**attempt(1), "started_at": M0 + 61_500}]),
+            row("every", M0 + 2 * MINUTE_MS, "running", [attempt(1, status=None)], lease_until=NOW + 5_000),
+            row("idem", M0, "running", [attempt(1, status="unknown"), attempt(2, "n2", 2, None)], sequence=2,
+                lease_until=NOW + 5_000)]
+    held = [{"task_id": r["task_id"], "occurrence_id": r["occurrence_id"], "execution_token": r["execution_token"]}
+            for r in rows[2:]]
+
+    def judged(counted: dict[str, tuple[int, int]]) -> list[str]:
+        return check(replace(journal(rows, held), lateness=counted), None, [EVERY, replace(IDEM, tracked=False)],
+                     [effect(r) for r in rows[:2]], settled=False)
+
+    assert judged({"every": (2, 1_500), "idem": (1, 0)}) == []  # the running first owner: not yet
+    only(judged({"every": (3, 1_500), "idem": (1, 0)}), "task every", "(3, 1500)", "(2, 1500)")
+    only(judged({"every": (2, 1_500)}), "task idem", "(0, 0)", "(1, 0)")  # a takeover ended it
+    only(judged({"every": (2, 0), "idem": (1, 0)}), "fire-lateness")
+
+
 def test_log_projection_rules() -> None:
     rows, effects = good_run()
     rows[1] = replace_value(rows[1], log_persistence="pending")

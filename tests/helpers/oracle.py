@@ -20,7 +20,10 @@ What must hold (docs/semantics.md):
   same token; at most one such execution per task, and it holds the slot (never two owners);
   no finished execution keeps a slot;
 - logs: every terminal row with attempts is ``persisted`` (its log rows match the journal)
-  or ``pending`` (settled later by ``repair_log``); no log row without its journal attempt.
+  or ``pending`` (settled later by ``repair_log``); no log row without its journal attempt;
+- counters: each task's fire-lateness totals (``metric_totals``) are its cron rows' whose first
+  owner began attempt 1 and whose first ownership has ended (terminal, unknown, or taken over):
+  each counted once, with its lateness, and none that is still its first owner's.
 
 Effects are appended by the handlers themselves, one JSON line per call, to a file opened
 with O_APPEND and fsync'ed before the handler returns (``record_effect``): a process killed
@@ -43,7 +46,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.cron import cron_occurrence_id, fires_at
 from scheduler_core.db import db_now_ms
-from scheduler_core.db.tables import executions, logs, slots
+from scheduler_core.db.tables import executions, logs, metric_totals, slots
 
 MINUTE_MS = 60_000
 TERMINAL = ("success", "failed", "interrupted", "unknown", "discarded", "skipped")
@@ -134,6 +137,8 @@ class Journal:
     slots: list[dict[str, Any]]
     logs: list[dict[str, Any]]
     now_ms: int
+    # task: (occurrences, ms) of fire lateness counted (metric_totals); None: not read, not judged
+    lateness: dict[str, tuple[int, int]] | None = None
 
 
 def _attempts(value: Any) -> list[dict[str, Any]]:
@@ -149,10 +154,16 @@ def read_journal(engine: Engine) -> Journal:
         rows = [dict(r._mapping) for r in conn.execute(select(executions))]
         held = [dict(r._mapping) for r in conn.execute(select(slots))]
         written = [dict(r._mapping) for r in conn.execute(select(logs))]
+        t = metric_totals.c
+        counted = conn.execute(select(t.scope, t.label, t.value).where(t.metric == "lateness")).all()
         conn.rollback()
     for row in rows:
         row["attempts"] = _attempts(row["attempts"])
-    return Journal(rows, held, written, now)
+    lateness: dict[str, tuple[int, int]] = {}
+    for task_id, label, value in counted:
+        n, ms = lateness.get(task_id, (0, 0))
+        lateness[task_id] = (n, ms + int(value)) if label == "sum" else (n + int(value), ms)
+    return Journal(rows, held, written, now, lateness)
 
 
 def check_database(engine: Engine, window: Window | None, tasks: Sequence[TaskSpec], effects: Iterable[Effect],
@@ -201,6 +212,7 @@ def check(journal: Journal, window: Window | None, tasks: Sequence[TaskSpec], ef
     _check_effects(ctx)
     _check_slots(ctx)
     _check_logs(ctx)
+    _check_lateness(ctx)
     return ctx.problems
 
 
@@ -389,3 +401,23 @@ def _check_logs(ctx: _Context) -> None:
     for log_id, log in written.items():
         if log_id not in known:
             ctx.fail(f"log row {log_id} (occurrence {log['occurrence_id']}, {log['status']}) has no journal attempt")
+
+
+def _check_lateness(ctx: _Context) -> None:
+    """Each cron occurrence's fire lateness is counted once, when its first ownership ended."""
+    counted = ctx.journal.lateness
+    if counted is None:
+        return
+    journaled: dict[str, tuple[int, int]] = {}
+    for row in ctx.journal.executions:
+        first = next((a for a in row["attempts"] if (a.get("attempt"), a.get("sequence")) == (1, 1)), None)
+        ended = row["status"] != "running" or int(row["sequence"]) > 1
+        if row["trigger"] != "cron" or row["scheduled_minute"] is None or first is None or not ended:
+            continue
+        n, ms = journaled.get(row["task_id"], (0, 0))
+        journaled[row["task_id"]] = (n + 1, ms + max(0, int(first["started_at"]) - int(row["scheduled_minute"])))
+    for task_id in sorted(set(journaled) | set(counted)):
+        if journaled.get(task_id, (0, 0)) != counted.get(task_id, (0, 0)):
+            ctx.fail(f"task {task_id}: the fire-lateness counter holds (occurrences, ms) "
+                     f"{counted.get(task_id, (0, 0))}, the journal's ended first ownerships "
+                     f"{journaled.get(task_id, (0, 0))}")

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,7 @@ def test_counters_grow_by_exactly_the_transitions_committed(engine: Engine, shor
     repo, now = short_lease, db_now(engine)
     minute = now - now % 60_000
     done, token = _claim(repo, "report", minute)  # a cron occurrence: its first attempt counts its lateness
-    assert repo.begin_attempts([BeginRequest(done.occurrence_id, token, (_attempt(minute + 1_500),), done)])
+    assert repo.begin_attempts([BeginRequest(done.occurrence_id, token, (_attempt(minute + 1_500),))])
     _finish(repo, done, token, "success", minute + 1_500)
     failed, token = _claim(repo, "flaky")
     _finish(repo, failed, token, "failed", now)
@@ -134,6 +135,69 @@ def test_counters_grow_by_exactly_the_transitions_committed(engine: Engine, shor
     assert holder.status == "running"
 
 
+def _lateness_totals(engine: Engine) -> tuple[int, int]:
+    """(occurrences, summed ms) of the fire lateness counted so far."""
+    t = metric_totals.c
+    with engine.connect() as conn:
+        rows = conn.execute(select(t.label, t.value).where(t.metric == "lateness")).all()
+    return sum(int(v) for label, v in rows if label != "sum"), sum(int(v) for label, v in rows if label == "sum")
+
+
+def test_each_cron_occurrence_counts_its_lateness_once_when_its_first_ownership_ends(
+        engine: Engine, short_lease: ExecutionRepository) -> None:
+    """The first attempt's fire lateness is counted with the transition that ends the first
+    owner's ownership -- its terminal commit, a takeover, the expiry to ``unknown`` -- and by no
+    other: not the begin (on the path of every start), not a later owner's terminal commit, not an
+    operator's verdict, not a refused commit; nothing for a run that never began, or a manual one."""
+    repo, now = short_lease, db_now(engine)
+    minute = now - now % 60_000
+
+    def begun(task_id: str, late_ms: int, trigger_minute: int | None = minute) -> tuple[Execution, str, Attempt]:
+        execution, token = _claim(repo, task_id, trigger_minute)
+        attempt = _attempt((trigger_minute or minute) + late_ms)
+        assert repo.begin_attempts([BeginRequest(execution.occurrence_id, token, (attempt,))])
+        return execution, token, attempt
+
+    finished, finished_token, _ = begun("finished", 300)
+    taken, taken_token, taken_attempt = begun("taken", 600)
+    lost, _, lost_attempt = begun("lost", 900)
+    never, _ = _claim(repo, "never", minute)
+    manual, manual_token, _ = begun("manual", 50, trigger_minute=None)
+    assert _lateness_totals(engine) == (0, 0)  # begun, running: nothing counted yet
+
+    _finish(repo, finished, finished_token, "success", minute + 300)
+    _finish(repo, manual, manual_token, "success", minute + 50)
+    assert _lateness_totals(engine) == (1, 300)
+
+    set_clock_offset(engine, clock_offset(engine) + 2_000)  # the 1 s leases are over
+    expired = {e.task_id: e for e in repo.expired()}
+    assert set(expired) >= {"taken", "lost", "never"}
+    new_token = str(uuid.uuid4())
+    assert repo.take_over(expired["taken"], new_token)
+    assert not repo.take_over(expired["taken"], str(uuid.uuid4()))  # lost the race: counts nothing
+    assert not repo.finish(taken, taken_token, "success", None, [taken_attempt], release_slot=True)  # refused
+    assert _lateness_totals(engine) == (2, 900)
+    second = replace(expired["taken"], sequence=2, execution_token=new_token)
+    again = Attempt(log_id=str(uuid.uuid4()), attempt=2, sequence=2, node_id="n", started_at=db_now(engine))
+    assert repo.begin_attempts([BeginRequest(second.occurrence_id, new_token, (taken_attempt, again))])
+    assert repo.finish(second, new_token, "success", None,
+                       [replace(taken_attempt, status="unknown"), replace(again, status="success")], release_slot=True)
+    assert _lateness_totals(engine) == (2, 900)  # the second owner's end counts nothing
+
+    assert repo.mark_unknown(expired["lost"], "lease_expired", [replace(lost_attempt, status="unknown")])
+    assert repo.mark_interrupted(expired["never"], "owner_lost_before_start", [])
+    assert _lateness_totals(engine) == (3, 1_800)
+    unknown = repo.get(lost.occurrence_id)
+    assert unknown is not None and unknown.status == "unknown"
+    assert repo.resolve_unknown(unknown, "success", unknown.updated_at, "ops", "checked")
+    assert _lateness_totals(engine) == (3, 1_800)
+    assert never.status == "running"
+    lateness = "hai_fire_lateness_seconds"
+    found = scrape(engine)
+    assert value(found, lateness, f"{lateness}_bucket", le="0.5") == 1  # 300 ms; 600 and 900 ms above
+    assert value(found, lateness, f"{lateness}_bucket", le="1.0") == 3
+
+
 def test_a_rolled_back_terminal_commit_counts_nothing(engine: Engine, short_lease: ExecutionRepository) -> None:
     """A terminal commit whose log projection fails is rolled back whole and made again without
     it: the rolled-back attempt adds nothing, the one committed adds one."""
@@ -171,7 +235,7 @@ def test_the_lateness_histogram_only_grows_as_time_passes(engine: Engine, short_
     repo, now = short_lease, db_now(engine)
     minute = now - now % 60_000
     execution, token = _claim(repo, "report", minute)
-    assert repo.begin_attempts([BeginRequest(execution.occurrence_id, token, (_attempt(minute + 700),), execution)])
+    assert repo.begin_attempts([BeginRequest(execution.occurrence_id, token, (_attempt(minute + 700),))])
     _finish(repo, execution, token, "success", minute + 700)
     insert_rows(engine, logs, [log_row(str(uuid.uuid4()), minute + 700) | {
         "occurrence_id": execution.occurrence_id, "task_id": "report", "trigger": "cron"}])
@@ -223,11 +287,10 @@ def test_one_statement_per_commit_with_rows_in_key_order(engine: Engine) -> None
 
 
 def test_the_upsert_is_compiled_once_whatever_the_tally_holds(engine: Engine) -> None:
-    """A begin batch counts each occurrence's lateness under its task: a tally of hundreds of rows,
-    every batch. Its SQL must not depend on the rows (PostgreSQL and SQLite), or the engine compiles
-    it again each time -- half of a node's busy time in a burst before (bench/PROFILE.md). MySQL
-    keeps a multi-row VALUES list: PyMySQL sends an executemany as one INSERT only when every value
-    is a parameter, and ``created_at`` is the database's time."""
+    """A terminal batch counts each occurrence's status and lateness under its task: a tally of
+    hundreds of rows, every batch. Its SQL must not depend on the rows, on any database, or the
+    engine compiles it again each time -- half of a node's busy time in a burst before
+    (bench/PROFILE.md, when the begin batch counted the lateness)."""
     texts: list[str] = []
 
     def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -244,10 +307,7 @@ def test_the_upsert_is_compiled_once_whatever_the_tally_holds(engine: Engine) ->
     finally:
         event.remove(engine, "before_cursor_execute", seen)
     assert len(texts) == 2
-    if engine.dialect.name == "mysql":
-        assert texts[0] != texts[1]
-    else:
-        assert texts[0] == texts[1]
+    assert texts[0] == texts[1]
     with engine.connect() as conn:
         total = conn.execute(select(func.sum(metric_totals.c.value)).where(
             metric_totals.c.scope.like("compiled-%"), metric_totals.c.label == "250")).scalar_one()
@@ -279,3 +339,18 @@ def test_promtool_finds_nothing_to_lint(populated: Engine, tmp_path: Path) -> No
     checked = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60)
     assert checked.returncode == 0 and not checked.stdout.strip() and not checked.stderr.strip(), (
         checked.stdout.decode(), checked.stderr.decode())
+
+
+def test_the_upsert_carries_any_task_id_exactly(engine: Engine) -> None:
+    """The tally travels as a JSON document on PostgreSQL and MySQL: quotes, backslashes,
+    non-ASCII and a task id of the column's full width come back as written, and add up."""
+    ids = ['quote\'"-task', "back\\slash", "tâche-日本-✓", "w" * 128]
+    for _ in range(2):
+        tally = Tally()
+        for i, task_id in enumerate(ids):
+            tally.execution(task_id, "success", i + 1)
+        write(engine, tally.write)
+    t = metric_totals.c
+    with engine.connect() as conn:
+        found = dict(conn.execute(select(t.scope, t.value).where(t.metric == "executions", t.scope.in_(ids))).all())
+    assert found == {task_id: 2 * (i + 1) for i, task_id in enumerate(ids)}

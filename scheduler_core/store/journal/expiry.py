@@ -16,7 +16,7 @@ from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.statuses import LogPersistenceStatus
-from scheduler_core.store.journal.rows import Writer, json_attempts, touch
+from scheduler_core.store.journal.rows import Writer, first_lateness, json_attempts, touch
 from scheduler_core.store.journal.slots import hand_slot, release_slot
 from scheduler_core.store.journal.transitions import MARK_INTERRUPTED, MARK_UNKNOWN, TAKE_OVER, Transition
 from scheduler_core.store.totals import Tally
@@ -56,8 +56,15 @@ def take_over(conn: Connection, writer: Writer, execution: Execution, new_token:
         lease_until=db_now_ms() + writer.lease_ms, updated_at=touch(conn))).rowcount
     if changed == 1:
         hand_slot(conn, execution.task_id, execution.occurrence_id, new_token)
-        Tally().takeover(execution.task_id).write(conn)
+        _count_lateness(Tally().takeover(execution.task_id), execution, execution.attempts).write(conn)
     return bool(changed == 1)
+
+
+def _count_lateness(tally: Tally, execution: Execution, attempts: Sequence[Attempt]) -> Tally:
+    """The first ownership ends here when ``execution`` is its row: its first attempt's fire
+    lateness is counted with the transition (``first_lateness``)."""
+    late = first_lateness(execution, attempts)
+    return tally if late is None else tally.lateness(*late)
 
 
 def mark_unknown(conn: Connection, execution: Execution, reason: str, attempts: Sequence[Attempt]) -> bool:
@@ -85,5 +92,5 @@ def _settle(conn: Connection, transition: Transition, execution: Execution, reas
     if changed == 1 and release:
         release_slot(conn, execution.task_id, execution.occurrence_id)
     if changed == 1:
-        Tally().execution(execution.task_id, status).write(conn)
+        _count_lateness(Tally().execution(execution.task_id, status), execution, attempts).write(conn)
     return bool(changed == 1)

@@ -24,6 +24,7 @@ from scheduler_core.store.journal.rows import (
     FinishResult,
     ProjectionFailedError,
     Writer,
+    first_lateness,
     json_attempts,
     touch,
 )
@@ -65,7 +66,8 @@ def begin(conn: Connection, writer: Writer, requests: Sequence[BeginRequest]) ->
     """Record that attempt ``len(attempts)`` of each execution starts now, and extend its lease;
     ``requests`` in occurrence-id order. Returns the ids that began: one whose lease is lost
     (expired, taken over, settled) is left unchanged and missing, and its handler must not run.
-    A cron occurrence's first attempt counts its fire lateness (``store/totals.py``)."""
+    Nothing is counted here: a first attempt's fire lateness is counted when its ownership ends
+    (``first_lateness``), so that the begin on the path of every start writes the one row."""
     ids = [r.occurrence_id for r in requests]
     batch = Batch(conn).listed("tokens", [r.token for r in requests]).rows(
         _c.occurrence_id, {r.occurrence_id: {
@@ -74,11 +76,6 @@ def begin(conn: Connection, writer: Writer, requests: Sequence[BeginRequest]) ->
     begun = set(owner_write(conn, OWNED, ids, lambda: update(executions).where(_owned_batch(batch)).values(
         attempt=batch.value("attempt"), attempts=batch.value("attempts"),
         lease_until=db_now_ms() + writer.lease_ms, updated_at=touch(conn)), batch.params, writer.statements, "begin"))
-    tally = Tally()
-    for late in (r.lateness() for r in requests if r.occurrence_id in begun):
-        if late is not None:
-            tally.lateness(*late)
-    tally.write(conn)
     return begun
 
 
@@ -128,7 +125,12 @@ def finish(conn: Connection, writer: Writer, requests: Sequence[FinishRequest], 
         status=batch.value("status"), reason=batch.value("reason"), attempts=batch.value("attempts"),
         attempt=batch.value("attempt"), log_persistence=batch.value("log_persistence"),
         lease_until=None, next_attempt_at=None, updated_at=touch(conn)), batch.params, writer.statements, "finish"))
-    Tally().executions((r.execution.task_id, r.status) for r in requests if r.occurrence_id in won).write(conn)
+    tally = Tally()
+    for r in (r for r in requests if r.occurrence_id in won):
+        tally.execution(r.execution.task_id, r.status)
+        if (late := first_lateness(r.execution, r.attempts)) is not None:
+            tally.lateness(*late)
+    tally.write(conn)
     released = [(r.execution.task_id, r.occurrence_id) for r in requests if r.occurrence_id in won and r.release_slot]
     if released:
         release_slots(conn, writer.statements, released)

@@ -81,15 +81,18 @@ class BeginRequest:
     occurrence_id: str
     token: str
     attempts: Sequence[Attempt]
-    execution: Execution | None = None  # given: a cron occurrence's first attempt counts its fire lateness
 
-    def lateness(self) -> tuple[str, int] | None:
-        """The fire lateness this begin makes known, with its task: the first attempt of the first
-        owner of a cron occurrence, its start minus the scheduled minute (None otherwise)."""
-        e, last = self.execution, self.attempts[-1] if self.attempts else None
-        if e is None or last is None or e.trigger != Trigger.CRON or e.scheduled_minute is None:
-            return None
-        return (e.task_id, last.started_at - e.scheduled_minute) if (last.attempt, last.sequence) == (1, 1) else None
+
+def first_lateness(execution: Execution, attempts: Sequence[Attempt]) -> tuple[str, int] | None:
+    """The fire lateness to count, with its task, when ``execution``'s ownership ends (its owner's
+    terminal commit, a takeover, the expiry to ``unknown``): a cron occurrence whose first owner
+    (sequence 1) began attempt 1, that attempt's start minus the scheduled minute; None otherwise.
+    Only the first ownership's end counts it, so each occurrence counts once: its first owner's
+    begin is not the place (a begin batch is on the path of every start; bench/PROFILE.md)."""
+    if execution.trigger != Trigger.CRON or execution.scheduled_minute is None or execution.sequence != 1:
+        return None
+    first = next((a for a in attempts if (a.attempt, a.sequence) == (1, 1)), None)
+    return None if first is None else (execution.task_id, first.started_at - execution.scheduled_minute)
 
 
 @dataclass(frozen=True)
