@@ -8,17 +8,15 @@ retention and task deletion leave the totals as they are.
 
 What is counted, by ``metric`` (``scope``, ``label``):
 
-- ``executions`` (task, status): each transition of a journal row into a terminal status or
-  ``unknown`` -- an operator's verdict on an unknown execution counts again, under its status;
+- ``executions`` (task, status): each transition into a terminal status or ``unknown`` (a verdict counts again);
 - ``takeovers`` (task, ""): each takeover of an expired lease (a new ownership generation);
 - ``missed`` (task, ""): missed cron minutes (a summary row counts the minutes it stands for);
 - ``deliveries`` (provider, outcome): each notification that ended sent, dead or unknown, and
   each verdict on an unknown one (sent, discarded);
-- ``lateness`` (task, bucket): cron occurrences by fire lateness -- the first owner's first
-  attempt's start minus the scheduled minute -- in the first bucket of ``LATENESS_BUCKETS_MS``
-  that holds it (``+Inf`` beyond), not cumulative; label ``sum`` adds the milliseconds. Counted
-  by the transition that ends the first ownership (its terminal commit, a takeover, the expiry to
-  ``unknown``: ``journal.rows.first_lateness``), not by the begin, which is on every start's path;
+- ``lateness`` (task, bucket): cron occurrences by fire lateness (first owner's first attempt's
+  start minus the minute) in the first ``LATENESS_BUCKETS_MS`` bucket that holds it (``+Inf``
+  beyond); label ``sum`` adds the ms. Counted when the first ownership ends (terminal commit,
+  takeover, expiry to ``unknown``: ``journal.rows.first_lateness``), not on the begin's path;
 - ``task`` (task, ""): a lock row only (``lock_tasks``); the series are ordered by each task's oldest row.
 """
 

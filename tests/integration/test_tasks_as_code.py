@@ -21,8 +21,10 @@ from scheduler_core.errors import ConflictError
 from scheduler_core.runtime.task_apply import Change, apply_step, plan
 from scheduler_core.runtime.task_files import FILE_FIELDS, read_task_file
 from scheduler_core.store import TaskRepository
+from scheduler_core.store.nodes import NodeRepository
 from scheduler_core.store.task_files import TaskFileRepository
 from tests.conftest import TestDatabase
+from tests.helpers.fault_cluster import wait_for
 from tests.helpers.journal import wait_for_status
 from webapp.cli import main
 
@@ -249,8 +251,10 @@ def test_trigger_hands_the_occurrence_to_a_live_node(cli: Cli, engine: Engine) -
     ran: list[Any] = []
     node = Scheduler(engine, hooks={"on_task_execute": lambda event: ran.append(event.context.source) or "ok"})
     node.init()
-    node.start()  # its heartbeat says it runs hook tasks
-    try:
+    node.start()
+    try:  # its first tick's heartbeat (on its own thread, after start() returns) says it runs hook tasks
+        wait_for(lambda: any(n.node_id == node.config.node_id for n in NodeRepository(engine).alive(60_000)[1]),
+                 "the node's first heartbeat", timeout=20)
         code, out, _ = cli("tasks", "trigger", "job", "--idempotency-key", "deploy-42")
         # queued for the node; it may have claimed (or even run) it before the command read it back
         assert code == 0 and out.split()[3] in ("queued", "running", "success"), out
