@@ -105,7 +105,7 @@ def stop_nodes(procs: Iterable[subprocess.Popen[str]], timeout: float = 60) -> N
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
-            failures.append(f"node did not stop on SIGTERM: {err[-3000:]}")
+            failures.append(f"node did not stop on SIGTERM (its threads' stacks at the end): {err[-20000:]}")
             continue
         if proc.returncode not in (0, -signal.SIGKILL):
             failures.append(f"node exited with {proc.returncode}: {err[-3000:]}")

@@ -50,6 +50,7 @@ closes cleanly.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -306,7 +307,11 @@ def main() -> None:
     scheduler.start()
     append_event(events, {"kind": "ready", "node": node_id, "pid": os.getpid()})
     stop.wait(options.get("max_seconds", 120))
+    # A close that takes this long is a finding: every thread's stack goes to stderr, which
+    # stop_nodes() prints when the node does not stop (it waits 60 s).
+    faulthandler.dump_traceback_later(40)
     scheduler.close()
+    faulthandler.cancel_dump_traceback_later()
     engine.dispose()
 
 
