@@ -20,7 +20,7 @@ from scheduler_core.statuses import (
     LogPersistenceStatus,
     Trigger,
 )
-from scheduler_core.task_policies import CatchupPolicy, Pause, RetryPolicy
+from scheduler_core.task_policies import Calendar, CatchupPolicy, Pause, RetryPolicy
 from scheduler_core.task_schema import Section, TaskField, Widget, declare, task_fields
 from scheduler_core.validation import (
     GROUP_MAX,
@@ -64,6 +64,14 @@ class TaskDefinition:
         example="Europe/Berlin", invalid="Mars/Olympus_Mons"), "UTC")  # never the node's TZ
     enabled: bool = declare(TaskField("Enabled (runs on its schedule)", Widget.CHECK, Section.SCHEDULE,
                                       example=False), True)
+    calendar: Calendar | None = declare(TaskField(  # None: every minute the cron names is due
+        "Active window and exclusions", Widget.CALENDAR, Section.SCHEDULE,
+        "When the schedule may fire at all: not before the window's start, not from its end on, and never on an "
+        "excluded date (YYYY-MM-DD) or at a minute an excluded cron expression names (e.g. * * * * 6,0 for "
+        "weekends), read in the task's time zone. An excluded minute is not due: it leaves no journal row.",
+        example={"active_from_ms": 1_767_225_600_000, "active_until_ms": 1_798_761_600_000,
+                 "exclude": ["2026-12-25", "* * * * 6,0"]},
+        invalid={"active_from_ms": 1_798_761_600_000, "active_until_ms": 1_767_225_600_000, "exclude": []}), None)
     delete_after_run: bool = declare(TaskField(  # delete after the first success (matching revision)
         "Delete after its first successful run", Widget.CHECK, Section.EXECUTION, example=True), False)
     idempotent: bool = declare(TaskField(  # only then: takeover after a dead owner, and retries
@@ -123,6 +131,14 @@ class TaskDefinition:
     def catchup_policy(self) -> CatchupPolicy:
         return self.catchup or CatchupPolicy()
 
+    def due_at(self, minute_ms: int) -> bool:
+        """Whether its calendar lets the cron fire at ``minute_ms`` (a minute the cron names)."""
+        return self.calendar is None or self.calendar.allows(minute_ms, self.timezone)
+
+    def upcoming(self, after_ms: int, count: int) -> list[int]:
+        """Its next ``count`` fire minutes after ``after_ms``, its calendar applied."""
+        return (self.calendar or Calendar()).upcoming(self.cron, self.timezone, after_ms, count)
+
     def masked(self) -> dict[str, Any]:
         """The definition as a dict fit for display: secrets in handler and params masked."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -130,6 +146,7 @@ class TaskDefinition:
         data["params"] = mask_values(self.params)
         data["retry"] = self.retry.to_json() if self.retry else None
         data["catchup"] = self.catchup.to_json() if self.catchup else None
+        data["calendar"] = self.calendar.to_json() if self.calendar else None
         data["paused"] = vars(self.paused).copy() if self.paused else None
         return data
 
@@ -204,6 +221,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
             check_bool(getattr(task, item.name), item.name)
     retry = RetryPolicy.parse(task.retry)
     catchup = CatchupPolicy.parse(task.catchup)
+    calendar = Calendar.parse(task.calendar)
     if task.node_group is not None:
         check_group(task.node_group, "node_group")
     params = check_params(task.params, capped=not stored)
@@ -216,7 +234,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
         check_json(handler, "handler")
         handler = handler_validator(handler) if handler_validator else dict(handler)
     return replace(task, name=name, description=description, cron=cron, timezone=timezone, retry=retry, params=params,
-                   handler=handler, catchup=catchup, runbook_url=runbook_url, owner=owner)
+                   handler=handler, catchup=catchup, calendar=calendar, runbook_url=runbook_url, owner=owner)
 
 
 def declared_json(task: TaskDefinition) -> dict[str, Any]:

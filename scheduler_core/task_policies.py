@@ -1,17 +1,22 @@
 """A task's policies: how it retries (``RetryPolicy``), what it does after downtime
-(``CatchupPolicy``), and an operator's pause (``Pause``). Frozen values that check themselves
-when made, so every door that builds one (Python, the form, the JSON API, a task file) refuses a
-bad value with the same field and words."""
+(``CatchupPolicy``), when its cron may fire at all (``Calendar``: an active window and excluded
+dates or minutes), and an operator's pause (``Pause``). Frozen values that check themselves when
+made, so every door that builds one (Python, the form, the JSON API, a task file) refuses a bad
+value with the same field and words."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, TypeVar
 
-from scheduler_core.errors import ConfigError
-from scheduler_core.validation import check_choice, check_int
+from scheduler_core.cron import MINUTE_MS, matches_wall, next_fire_ms, validate_cron, wall_minute_ms
+from scheduler_core.errors import ConfigError, InvalidCronError
+from scheduler_core.validation import check_choice, check_int, check_optional_ms
 
 MAX_ATTEMPTS_RANGE = (1, 100)
 BACKOFF_MAX_MS = 86_400_000  # one retry's wait, at most a day
@@ -30,8 +35,6 @@ def _setting(cls: type[P], value: Any, field: str) -> P | None:
     if unknown:
         raise ConfigError(f"{field}.{unknown[0][:40]}", f"is not a {field} setting")
     return cls(**value)
-
-
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,143 @@ class CatchupPolicy:
     @classmethod
     def parse(cls, value: CatchupPolicy | Mapping[str, Any] | None) -> CatchupPolicy | None:
         return _setting(cls, value, "catchup")
+
+
+EXCLUDE_MAX = 100  # exclusions per task
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DAY_MS = 86_400_000
+_HOUR_MS = 3_600_000
+_WALL_EPOCH = date(1970, 1, 1)
+# How many of the cron's fire times a look-ahead (``Calendar.upcoming``) tries: exclusions that
+# leave nothing for this long end the look-ahead early rather than search on (a page showing next
+# fire times must not stall on a calendar that excludes every minute: about 0.1 s at most here).
+_CANDIDATES_MAX = 500
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """When a task's cron may fire at all. A minute the cron names is *not due* (no journal row,
+    not missed) when it is before ``active_from_ms``, at or after ``active_until_ms``, on an
+    excluded date, or named by an excluded cron expression. Dates and expressions are read on the
+    wall clock of the task's zone (``allows``), so an exclusion holds across a DST change."""
+
+    active_from_ms: int | None = None  # unix ms, inclusive; None: from the start
+    active_until_ms: int | None = None  # unix ms, exclusive; None: for ever
+    exclude: tuple[str, ...] = ()  # "YYYY-MM-DD" (a whole day) or a 5-field cron naming minutes not to run
+
+    def __post_init__(self) -> None:
+        check_optional_ms(self.active_from_ms, "calendar.active_from_ms")
+        check_optional_ms(self.active_until_ms, "calendar.active_until_ms")
+        if (self.active_from_ms is not None and self.active_until_ms is not None
+                and self.active_until_ms <= self.active_from_ms):
+            raise ConfigError("calendar.active_until_ms", f"must be after active_from_ms: the window ends before it "
+                                                          f"starts ({_utc(self.active_until_ms)} is not after "
+                                                          f"{_utc(self.active_from_ms)})")
+        if not isinstance(self.exclude, tuple | list):
+            raise ConfigError("calendar.exclude",
+                              f"must be a list of dates and cron expressions (got {type(self.exclude).__name__})")
+        if len(self.exclude) > EXCLUDE_MAX:
+            raise ConfigError("calendar.exclude", f"must hold at most {EXCLUDE_MAX} items (got {len(self.exclude)})")
+        object.__setattr__(self, "exclude", tuple(_exclusion(item, f"calendar.exclude[{index}]")
+                                                  for index, item in enumerate(self.exclude)))
+
+    @cached_property
+    def _dates(self) -> frozenset[int]:
+        """The excluded dates as wall-day numbers (days since 1970-01-01)."""
+        return frozenset((date.fromisoformat(item) - _WALL_EPOCH).days
+                         for item in self.exclude if _DATE.fullmatch(item))
+
+    @cached_property
+    def _crons(self) -> tuple[str, ...]:
+        return tuple(item for item in self.exclude if not _DATE.fullmatch(item))
+
+    def allows(self, minute_ms: int, timezone: str) -> bool:
+        """Whether the minute starting at ``minute_ms`` (UTC) may fire, read in ``timezone``."""
+        if self.active_from_ms is not None and minute_ms < self.active_from_ms:
+            return False
+        if self.active_until_ms is not None and minute_ms >= self.active_until_ms:
+            return False
+        if not self.exclude:
+            return True
+        wall = wall_minute_ms(timezone, minute_ms)
+        return wall // _DAY_MS not in self._dates and not any(matches_wall(expr, wall) for expr in self._crons)
+
+    def upcoming(self, expr: str, timezone: str, after_ms: int, count: int) -> list[int]:
+        """The next ``count`` fire minutes of ``expr`` after ``after_ms`` that the calendar allows
+        (fewer when the window ends, or when exclusions leave none among the next
+        ``_CANDIDATES_MAX`` fire times). An excluded day, or an hour or day an expression excludes
+        whole (its minute field ``*``), is passed over at once, not minute by minute."""
+        found: list[int] = []
+        cursor = after_ms
+        if self.active_from_ms is not None:
+            cursor = max(cursor, self.active_from_ms - 1)
+        for _ in range(_CANDIDATES_MAX):
+            if len(found) >= count:
+                break
+            minute = next_fire_ms(expr, timezone, cursor)
+            if self.active_until_ms is not None and minute >= self.active_until_ms:
+                break
+            if self.allows(minute, timezone):
+                found.append(minute)
+                cursor = minute
+            else:
+                cursor = _past(timezone, minute, self._excluded_span(wall_minute_ms(timezone, minute)))
+        return found
+
+    def _excluded_span(self, wall: int) -> int:
+        """How much of the wall time around ``wall`` (an excluded minute) is excluded with it: the
+        whole day, the whole hour, or just the minute."""
+        if wall // _DAY_MS in self._dates:
+            return _DAY_MS
+        span = MINUTE_MS
+        for expr in self._crons:
+            if matches_wall(expr, wall):
+                minute_field, hour_field = expr.split()[:2] if not expr.startswith("@") else ("0", "0")
+                if minute_field == "*":
+                    span = max(span, _DAY_MS if hour_field == "*" else _HOUR_MS)
+        return span
+
+    def to_json(self) -> dict[str, Any]:
+        return {"active_from_ms": self.active_from_ms, "active_until_ms": self.active_until_ms,
+                "exclude": list(self.exclude)}
+
+    @classmethod
+    def parse(cls, value: Calendar | Mapping[str, Any] | None) -> Calendar | None:
+        return _setting(cls, value, "calendar")
+
+
+def _past(timezone: str, minute_ms: int, span: int) -> int:
+    """A cursor at most the end of the wall ``span`` (minute, hour or day) holding ``minute_ms``:
+    the wall time to its end, less what a change of the zone's offset on the way takes off the
+    real time (so a spring-forward never jumps into the next span)."""
+    if span == MINUTE_MS:
+        return minute_ms
+    wall = wall_minute_ms(timezone, minute_ms)
+    guess = minute_ms + (span - wall % span)
+    gained = (wall_minute_ms(timezone, guess) - guess) - (wall - minute_ms)  # the offset grew by this much
+    return max(minute_ms, guess - max(gained, 0) - MINUTE_MS)
+
+
+def _utc(ms: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _exclusion(item: Any, field: str) -> str:
+    """A date (``YYYY-MM-DD``, a real one) or a cron expression (normalised); else a ConfigError."""
+    if not isinstance(item, str):
+        raise ConfigError(field, f"must be a date (YYYY-MM-DD) or a cron expression (got {type(item).__name__})")
+    text = item.strip()
+    if _DATE.fullmatch(text):
+        try:
+            date.fromisoformat(text)
+        except ValueError as exc:
+            raise ConfigError(field, f"{text!r} is not a date: {exc}") from None
+        return text
+    try:
+        return validate_cron(text)
+    except InvalidCronError as exc:
+        raise ConfigError(field, f"is neither a date (YYYY-MM-DD) nor a cron expression: "
+                                 f"{exc.message.removeprefix('cron: ')}") from None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ class Widget(StrEnum):
     JSON = "json"  # a JSON object
     RETRY = "retry"  # a RetryPolicy: attempts and delays
     CATCHUP = "catchup"  # a CatchupPolicy: policy and window
+    CALENDAR = "calendar"  # a Calendar: active window and exclusions
     HANDLER = "handler"  # the handler: the api fields, or the host's hook
     STORED = "stored"  # kept by the store (revision, timestamps, pause): nobody declares it
 

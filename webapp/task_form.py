@@ -15,8 +15,10 @@ definition masked or the text just posted, never a stored secret restored.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -25,10 +27,10 @@ from scheduler_core.errors import ConfigError, InvalidCronError, SchedulerError,
 from scheduler_core.executors.http import METHODS
 from scheduler_core.masking import restore_masked
 from scheduler_core.model import DECLARED, TaskDefinition
-from scheduler_core.task_policies import CatchupMode, CatchupPolicy, RetryPolicy
+from scheduler_core.task_policies import Calendar, CatchupMode, CatchupPolicy, RetryPolicy
 from scheduler_core.task_schema import DeclaredField, Section, Widget
 from webapp.forms import whole_number
-from webapp.timefmt import wall_ms, wall_text
+from webapp.timefmt import wall_ms
 
 FORM_KINDS = ("api", "hook")
 CODE_KINDS = ("python", "js", "command")  # run code or a program with the node's privileges
@@ -40,6 +42,8 @@ _WIDGET_FIELDS: dict[Widget, dict[str, str]] = {
     Widget.RETRY: {"retry.max_attempts": "retry_max_attempts", "retry": "retry_backoff"},
     Widget.CATCHUP: {"catchup.policy": "catchup_policy", "catchup.window_ms": "catchup_window_ms",
                      "catchup": "catchup_policy"},
+    Widget.CALENDAR: {"calendar.active_from_ms": "calendar_from", "calendar.active_until_ms": "calendar_until",
+                      "calendar.exclude": "calendar_exclude", "calendar": "calendar_exclude"},
     Widget.HANDLER: {"handler.url": "url", "handler.method": "method", "handler.headers": "headers",
                      "handler.body": "body", "handler.timeout": "timeout", "handler.kind": "kind", "handler": "kind"},
 }
@@ -124,6 +128,12 @@ class TaskForm:
         handler: Mapping[str, Any] = masked["handler"] or {}
         retry = masked["retry"] or {}
         catchup = task.catchup_policy
+        calendar = task.calendar or Calendar()
+        zone = _zone(task.timezone)
+        values.update(
+            calendar_from=_local_text(calendar.active_from_ms, zone),
+            calendar_until=_local_text(calendar.active_until_ms, zone),
+            calendar_exclude="\n".join(calendar.exclude))
         values.update(
             retry_max_attempts=str(retry.get("max_attempts", 1)),
             retry_backoff=", ".join(str(ms) for ms in retry.get("backoff_ms", [])),
@@ -182,6 +192,8 @@ class TaskForm:
             return self._retry()
         if widget is Widget.CATCHUP:
             return self._catchup(stored)
+        if widget is Widget.CALENDAR:
+            return self._calendar()
         if widget is Widget.HANDLER:
             value = self._handler(stored) if self.values["kind"] in FORM_KINDS else None
         elif widget is Widget.JSON:
@@ -209,6 +221,38 @@ class TaskForm:
             return CatchupPolicy.parse({"policy": policy, "window_ms": window})
         except ConfigError as exc:  # the core's message, next to its field
             self.fail(exc)
+            return None
+
+    def _calendar(self) -> Calendar | None:
+        """The window's ends are typed as wall times in the task's zone (the one typed on this form);
+        the exclusions one per line. All left empty: no calendar."""
+        zone = _zone(self.values.get("timezone", ""))
+        start, end = self._wall_time("calendar_from", zone), self._wall_time("calendar_until", zone)
+        lines = [(number, line.strip()) for number, line in enumerate(self.values["calendar_exclude"].splitlines(), 1)
+                 if line.strip()]
+        if "calendar_from" in self.errors or "calendar_until" in self.errors:
+            return None
+        if start is None and end is None and not lines:
+            return None
+        try:
+            return Calendar(start, end, tuple(line for _, line in lines))
+        except ConfigError as exc:
+            item = re.fullmatch(r"calendar\.exclude\[([0-9]+)\]", exc.field or "")
+            if item is not None and int(item[1]) < len(lines):
+                said = exc.message.removeprefix(f"{exc.field}: ")
+                self.errors["calendar_exclude"] = f"Line {lines[int(item[1])][0]}: {said}"
+            else:
+                self.fail(exc)
+            return None
+
+    def _wall_time(self, name: str, zone: ZoneInfo) -> int | None:
+        text = self.values[name].strip()
+        if not text:
+            return None
+        try:
+            return wall_ms(text, zone)
+        except (ValueError, OverflowError):
+            self.errors[name] = "Not a date and time; pick one, or type it as 2027-01-01T00:00."
             return None
 
     def _retry(self) -> RetryPolicy | None:
@@ -277,6 +321,26 @@ class TaskForm:
         return headers
 
 
+def _zone(name: str) -> ZoneInfo:
+    """The zone a task's wall times are typed in: its own, UTC while the one typed is not a zone
+    (that field shows its own error)."""
+    try:
+        return ZoneInfo(validate_timezone(name.strip() or "UTC"))
+    except ConfigError:
+        return ZoneInfo("UTC")
+
+
+def _local_text(ms: int | None, zone: ZoneInfo) -> str:
+    """A ``datetime-local`` value for ``ms`` in ``zone``: to the minute, or to the millisecond
+    when it has any (so saving the form unchanged keeps the stored instant)."""
+    if ms is None:
+        return ""
+    moment = datetime.fromtimestamp(ms / 1000, zone)
+    if ms % 60_000 == 0:
+        return moment.strftime("%Y-%m-%dT%H:%M")
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+
+
 def _integer(text: str) -> int | None:
     """ASCII digits only, as every other number on the dashboard's forms (``int()`` would also
     take "+5", "1_000" and "٣")."""
@@ -291,74 +355,15 @@ def _header_lines(headers: Mapping[str, Any]) -> str:
     return "\n".join(f"{name}: {value}" for name, value in headers.items())
 
 
-# --- the pause form -------------------------------------------------------------------------------
-
-LONGEST_PAUSE_MIN = 7 * 24 * 60
-
-
-@dataclass(frozen=True)
-class PauseEnd:
-    """When a pause ends, read from the pause form, or why it cannot be read."""
-
-    until_ms: int | None  # None: until someone resumes it
-    errors: dict[str, str]  # form field -> message; empty when until_ms is usable
-    shown: str = ""  # the end as the flash says it: in UTC, and in the viewer's zone when typed there
-
-
-def pause_end(minutes: str, until: str, zone_name: str, now_ms: int) -> PauseEnd:
-    """The pause form's end: ``minutes`` from now, or ``until``, a ``datetime-local`` value read in
-    ``zone_name`` (the viewer's zone, filled in by app.js; UTC when empty). At most one of the two;
-    either way 1 minute to 7 days ahead of ``now_ms`` (the database clock)."""
-    if minutes and until:
-        return PauseEnd(None, {"until": "Give minutes or an until time, not both: clear one of them."})
-    if minutes:
-        count = whole_number(minutes)
-        if count is None or not 1 <= count <= LONGEST_PAUSE_MIN:
-            return PauseEnd(None, {"minutes": f"A whole number of minutes, 1 to {LONGEST_PAUSE_MIN} (7 days)."})
-        end = now_ms + count * 60_000
-        return PauseEnd(end, {}, f"for {count} min, until {wall_text(end, ZoneInfo('UTC'))}")
-    if not until:
-        return PauseEnd(None, {})
-    try:
-        zone = ZoneInfo(validate_timezone(zone_name or "UTC"))
-    except ConfigError:
-        return PauseEnd(None, {"until_tz": "Not an IANA time zone name; use one such as Europe/Berlin or UTC."})
-    try:
-        end = wall_ms(until, zone)
-    except (ValueError, OverflowError):
-        return PauseEnd(None, {"until": "Not a date and time; pick one, or type it as 2026-12-07T09:00."})
-    return _bounded_end(end, zone, now_ms)
-
-
-def _bounded_end(end: int, zone: ZoneInfo, now_ms: int) -> PauseEnd:
-    if end <= now_ms:
-        return PauseEnd(None, {"until": f"{_both(end, zone)} is in the past; it is now {_both(now_ms, zone)}."})
-    latest = now_ms + LONGEST_PAUSE_MIN * 60_000
-    if end > latest:
-        return PauseEnd(None, {"until": f"{_both(end, zone)} is more than 7 days ahead, the longest pause; the "
-                                        f"latest is {_both(latest, zone)}."})
-    return PauseEnd(end, {}, f"until {_both(end, zone)}")
-
-
-def _both(ms: int, zone: ZoneInfo) -> str:
-    """``2026-12-07 09:00 CET (08:00 UTC)``: the time as typed, and in UTC (once when they are one)."""
-    utc = wall_text(ms, ZoneInfo("UTC"))
-    typed = wall_text(ms, zone)
-    return utc if typed == utc else f"{typed} ({utc})"
-
-
 __all__ = [
     "CATCHUP_POLICIES",
     "CODE_KINDS",
     "CODE_REFUSED",
     "FORM_KINDS",
-    "LONGEST_PAUSE_MIN",
     "METHODS",
     "SECTIONS",
-    "PauseEnd",
     "TaskForm",
     "cron_error",
     "error_text",
     "form_field",
-    "pause_end",
 ]

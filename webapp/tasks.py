@@ -35,7 +35,8 @@ from webapp.auth import require_role
 from webapp.forms import posted_version
 from webapp.htmx import wants_fragment
 from webapp.node import scheduler_of
-from webapp.task_form import CODE_KINDS, CODE_REFUSED, TaskForm, pause_end
+from webapp.pause_form import pause_end
+from webapp.task_form import CODE_KINDS, CODE_REFUSED, TaskForm
 from webapp.task_pages import HISTORY_PAGE, log_links, render_detail, render_form, schedule_preview, search_error
 
 bp = Blueprint("tasks", __name__, url_prefix="/tasks")

@@ -11,7 +11,16 @@ from __future__ import annotations
 from scheduler_core.cron.description import describe
 from scheduler_core.cron.expressions import MAX_CRON_LENGTH as MAX_CRON_LENGTH
 from scheduler_core.cron.expressions import validate_cron
-from scheduler_core.cron.fire_times import MAX_UPCOMING, MINUTE_MS, dst_note, fires_at, next_fire_ms, upcoming
+from scheduler_core.cron.fire_times import (
+    MAX_UPCOMING,
+    MINUTE_MS,
+    dst_note,
+    fires_at,
+    matches_wall,
+    next_fire_ms,
+    upcoming,
+    wall_minute_ms,
+)
 from scheduler_core.cron.occurrence_ids import (
     OCCURRENCE_NAMESPACE,
     cron_occurrence_id,
@@ -29,9 +38,11 @@ __all__ = [
     "dst_note",
     "fires_at",
     "manual_occurrence_id",
+    "matches_wall",
     "new_occurrence_id",
     "next_fire_ms",
     "upcoming",
     "validate_cron",
     "validate_timezone",
+    "wall_minute_ms",
 ]

@@ -17,7 +17,8 @@ from scheduler_core.cron.expressions import Schedule, parse
 from scheduler_core.cron.zones import resolve_zone
 from scheduler_core.errors import InvalidCronError
 
-__all__ = ["MAX_UPCOMING", "MINUTE_MS", "check_minute", "check_ms", "dst_note", "fires_at", "next_fire_ms", "upcoming"]
+__all__ = ["MAX_UPCOMING", "MINUTE_MS", "check_minute", "check_ms", "dst_note", "fires_at", "matches_wall",
+           "next_fire_ms", "upcoming", "wall_minute_ms"]
 
 MINUTE_MS = 60_000
 MAX_UPCOMING = 1000  # a dashboard preview, not a bulk export
@@ -60,6 +61,22 @@ def fires_at(expr: str, timezone: str, minute_ms: int) -> bool:
     """Whether the schedule fires at the UTC minute starting at ``minute_ms``."""
     check_minute(minute_ms, "minute_ms")
     return next_fire_ms(expr, timezone, minute_ms - 1) == minute_ms
+
+
+def wall_minute_ms(timezone: str, minute_ms: int) -> int:
+    """The wall minute (naive ms, as a clock on the wall in ``timezone`` shows it) of the UTC
+    minute starting at ``minute_ms``: both passes of a repeated hour show the same wall minute."""
+    zone = resolve_zone(timezone)
+    check_ms(minute_ms, "minute_ms")
+    wall = minute_ms + _offset_ms(zone, minute_ms)
+    return wall - wall % MINUTE_MS
+
+
+def matches_wall(expr: str, wall_ms: int) -> bool:
+    """Whether the expression names the wall minute ``wall_ms`` (naive ms): the clock's reading,
+    not a fire time (no DST rule applies; an excluded wall minute is excluded in both passes)."""
+    wall = wall_ms - wall_ms % MINUTE_MS
+    return parse(expr).next_wall(wall - MINUTE_MS) == wall
 
 
 def upcoming(expr: str, timezone: str, after_ms: int, count: int) -> list[int]:

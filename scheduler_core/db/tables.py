@@ -78,6 +78,7 @@ tasks = Table(
     Column("managed_by", String(ID_LENGTH), nullable=True),  # the task file that created it (migration 0011)
     Column("runbook_url", String(2048), nullable=True),  # an http(s) link for operators (migration 0015)
     Column("owner", String(255), nullable=True),  # whom operators contact about its runs (migration 0017)
+    Column("calendar", Json, nullable=True),  # active window and exclusions (migration 0018)
     Index(None, "updated_at"),
     Index(None, "managed_by"),  # tasks apply --prune
     Index(None, "enabled", "id"),

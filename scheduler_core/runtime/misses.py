@@ -66,8 +66,10 @@ def _fires(task: TaskDefinition, start: int, last: int) -> list[int]:
 
 
 def _was_due(task: TaskDefinition, minute: int) -> bool:
-    """Not before the task existed, and not while it was paused."""
+    """Not before the task existed, not outside its calendar, and not while it was paused."""
     if task.created_at is not None and minute < task.created_at:
+        return False
+    if not task.due_at(minute):
         return False
     pause = task.paused
     return pause is None or minute < pause.at or (pause.until is not None and minute >= pause.until)

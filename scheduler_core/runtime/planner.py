@@ -63,7 +63,8 @@ class Planner:
             if task is None or task.revision != revision or not task.enabled:
                 continue  # stale entry: the task changed or went away
             paused = task.paused is not None and task.paused.active(current)
-            if not paused and (fire == current or fires_at(task.cron, task.timezone, current)):
+            if not paused and (fire == current or fires_at(task.cron, task.timezone, current)) \
+                    and task.due_at(current):  # outside its calendar: not due, no journal row
                 found.append(DueOccurrence(task_id, current, revision))
             self._popped.append((task_id, revision, current))
         return found
@@ -125,8 +126,9 @@ def definition_problem(execution: Execution, task: TaskDefinition | Exception | 
         if not task.enabled:
             return "disabled"
         # The revision it was claimed at made it due (the planner checked); any change of
-        # cron or timezone bumps the revision, so only a changed definition is asked again.
+        # cron, timezone or calendar bumps the revision, so only a changed definition is asked again.
         if (execution.scheduled_minute is not None and task.revision != execution.task_revision
-                and not fires_at(task.cron, task.timezone, execution.scheduled_minute)):
+                and not (fires_at(task.cron, task.timezone, execution.scheduled_minute)
+                         and task.due_at(execution.scheduled_minute))):
             return "rescheduled"
     return None

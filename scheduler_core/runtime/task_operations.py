@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scheduler_core.cron import describe, dst_note, next_fire_ms, upcoming, validate_cron, validate_timezone
+from scheduler_core.cron import describe, dst_note, upcoming, validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError, ConflictError, TaskNotFoundError
 from scheduler_core.model import Execution, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
@@ -59,7 +59,7 @@ class TaskRow:
     task: TaskDefinition | None  # None: the stored definition is unreadable (see problem)
     problem: str | None
     last: Execution | None  # the newest journal row, None if it never ran
-    next_run_ms: int | None  # the next fire minute (DB clock), None when disabled or unreadable
+    next_run_ms: int | None  # the next fire minute (DB clock); None: disabled, unreadable, its calendar ended
     state: TaskStateName | None = None  # ok / paused / disabled / blocked; None when unreadable
     blocked_by: Execution | None = None  # the execution holding the slot, when it blocks the task
 
@@ -239,7 +239,8 @@ class TaskOperations:
         task = stored.task
         if task is None:
             return TaskRow(stored.id, None, stored.problem, last, None)
-        next_run = next_fire_ms(task.cron, task.timezone, now) if task.enabled else None
+        nexts = task.upcoming(now, 1) if task.enabled else []
+        next_run = nexts[0] if nexts else None
         blocked = holder is not None and blocks(task, holder, now)
         return TaskRow(stored.id, task, stored.problem, last, next_run, state_name(task, blocked, now),
                        holder if blocked else None)
@@ -267,7 +268,7 @@ class TaskOperations:
         """The task's next fire minutes from the DB clock ([] when disabled)."""
         if not task.enabled:
             return []
-        return upcoming(task.cron, task.timezone, self.now_ms(), count)
+        return task.upcoming(self.now_ms(), count)
 
     def live_groups(self) -> list[str]:
         """The node groups live nodes serve (a heartbeat within three intervals): the form's suggestions."""
@@ -347,7 +348,8 @@ def blocks(task: TaskDefinition, holder: Execution, now_ms: int) -> bool:
     if holder.status != ExecutionStatus.RUNNING:
         return False
     start = holder.scheduled_minute if holder.scheduled_minute is not None else holder.created_at
-    return next_fire_ms(task.cron, task.timezone, start) <= now_ms
+    following = task.upcoming(start, 1)
+    return bool(following) and following[0] <= now_ms
 
 
 def state_name(task: TaskDefinition, blocked: bool, now_ms: int) -> TaskStateName:

@@ -236,6 +236,15 @@ def test_preview_and_next_runs(make_node: MakeScheduler) -> None:
     assert info.value.field == "timezone"
     task = scheduler.register(TaskDefinition(id="off", name="Off", cron="* * * * *", enabled=False))
     assert scheduler.task_ops.next_runs(task) == []
+    now = scheduler.task_ops.now_ms()
+    hour = now - now % 3_600_000 + 3_600_000  # the next full hour: its minute 0 is excluded
+    calendar = {"active_until_ms": hour + 4 * 3_600_000, "exclude": ["0 * * * *"]}
+    task = scheduler.register(TaskDefinition(id="calendar", name="Calendar", cron="*/30 * * * *", calendar=calendar))
+    after = scheduler.task_ops.now_ms()
+    half_hours = range(after - after % 1_800_000 + 1_800_000, hour + 4 * 3_600_000, 1_800_000)
+    expected = [minute for minute in half_hours if minute % 3_600_000][:5]  # the :30s until the window ends
+    assert scheduler.task_ops.next_runs(task) == expected
+    assert scheduler.task_ops.search("calendar").rows[0].next_run_ms == expected[0]
 
 
 # --- pure helpers (no database) -------------------------------------------------------------

@@ -10,9 +10,11 @@ different text) fails here, naming the field and the door. Checkboxes have no su
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from html import unescape
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
@@ -96,10 +98,16 @@ def _typed(entry: dict[str, Any], name: str) -> dict[str, str]:
                       retry_backoff=", ".join(str(ms) for ms in value["backoff_ms"]))
     elif widget is Widget.CATCHUP:
         fields.update(catchup_policy=str(value["policy"]), catchup_window_ms=str(value["window_ms"]))
+    elif widget is Widget.CALENDAR:  # the window's ends typed as wall times in the task's zone
+        zone = ZoneInfo(entry.get("timezone") or "UTC")
+        fields.update({key: "" if value[part] is None else
+                       datetime.fromtimestamp(value[part] / 1000, zone).strftime("%Y-%m-%dT%H:%M")
+                       for key, part in (("calendar_from", "active_from_ms"), ("calendar_until", "active_until_ms"))},
+                      calendar_exclude="\n".join(value["exclude"]))
     return fields
 
 
-_POLICIES = (Widget.RETRY, Widget.CATCHUP)
+_POLICIES = (Widget.RETRY, Widget.CATCHUP, Widget.CALENDAR)
 
 
 def _form_error(page: str, form_name: str) -> str:

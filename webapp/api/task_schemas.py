@@ -1,8 +1,8 @@
 """The task operations' bodies, query string and answers (``tasks.py``) as pydantic models.
 
 ``TaskCreate``, ``TaskUpdate`` and ``Task`` are derived from ``TaskDefinition``'s declarations
-(``scheduler_core.task_schema``); the retry and catch-up bodies are checked by the core's own
-policies. The bases and the types every operation shares (``Strict``, ``Query``, ``Ms``,
+(``scheduler_core.task_schema``); the retry, catch-up and calendar bodies are checked by the
+core's own policies. The bases and the types every operation shares (``Strict``, ``Query``, ``Ms``,
 ``Version``, the path ids, problems) are ``schemas.py``'s: this module imports from there,
 never the other way.
 """
@@ -18,7 +18,9 @@ from scheduler_core.runtime.task_operations import MAX_QUERY
 from scheduler_core.task_policies import (
     BACKOFF_MAX_MS,
     CATCHUP_WINDOW_MAX_MS,
+    EXCLUDE_MAX,
     MAX_ATTEMPTS_RANGE,
+    Calendar,
     CatchupMode,
     CatchupPolicy,
     RetryPolicy,
@@ -67,6 +69,21 @@ class CatchupIn(Strict):
         return self
 
 
+class CalendarIn(Strict):
+    """When the schedule may fire at all: an active window and excluded dates or minutes."""
+
+    active_from_ms: Ms | None = Field(default=None, description="unix ms; no fire before it (inclusive)")
+    active_until_ms: Ms | None = Field(default=None, description="unix ms; no fire from it on (exclusive)")
+    exclude: list[Annotated[str, Field(max_length=255)]] = Field(
+        default_factory=list, json_schema_extra={"maxItems": EXCLUDE_MAX},
+        description="dates (YYYY-MM-DD) and cron expressions naming minutes not to run, in the task's zone")
+
+    @model_validator(mode="after")
+    def _policy(self) -> CalendarIn:
+        Calendar(self.active_from_ms, self.active_until_ms, tuple(self.exclude))  # ConfigError naming calendar.<field>
+        return self
+
+
 def _input_type(declared: DeclaredField) -> Any:
     """The JSON type a request gives a task field, from how the field is declared."""
     spec = declared.spec
@@ -74,7 +91,7 @@ def _input_type(declared: DeclaredField) -> Any:
     return {Widget.ID: PathId, Widget.LINE: text(longest, single_line=True), Widget.TEXT: text(longest),
             Widget.CHECK: bool, Widget.CRON: Text, Widget.ZONE: Text, Widget.GROUP: Group,
             Widget.JSON: dict[str, Any], Widget.RETRY: RetryIn, Widget.CATCHUP: CatchupIn,
-            Widget.HANDLER: dict[str, Any]}[spec.widget]
+            Widget.CALENDAR: CalendarIn, Widget.HANDLER: dict[str, Any]}[spec.widget]
 
 
 def _described(declared: DeclaredField, **more: Any) -> Any:
@@ -156,9 +173,15 @@ class CatchupOut(BaseModel):
     window_ms: int
 
 
+class CalendarOut(BaseModel):
+    active_from_ms: int | None
+    active_until_ms: int | None
+    exclude: list[str]
+
+
 def _output_type(declared: DeclaredField) -> Any:
     kind = {Widget.CHECK: bool, Widget.JSON: dict[str, Any], Widget.HANDLER: dict[str, Any], Widget.RETRY: RetryOut,
-            Widget.CATCHUP: CatchupOut}.get(declared.spec.widget, str)
+            Widget.CATCHUP: CatchupOut, Widget.CALENDAR: CalendarOut}.get(declared.spec.widget, str)
     return kind | None if not declared.required and declared.default is None else kind
 
 
