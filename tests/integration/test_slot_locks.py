@@ -6,7 +6,7 @@ lock on a slot is not always a holder: InnoDB also locks, for the length of a st
 another statement only passes over (a slot release run as a scan of the slots). On MariaDB a
 claim took such a slot for busy -- 44 of 3,000 occurrences of a 1,000-task steady run were
 ``skipped`` -- since it locks slots with SKIP LOCKED. A free slot that is locked now is tried
-again for a moment (``SLOT_RETRY_PAUSES_S``) before it counts as busy."""
+again for a moment (``SLOT_RETRY_PAUSES_S``, about 0.8 s) before it counts as busy."""
 
 from __future__ import annotations
 
@@ -91,6 +91,14 @@ def test_a_free_slot_locked_for_a_moment_is_taken_not_skipped(server_engine: Eng
     assert (outcome, status) == ("claimed", "running")
 
 
+def test_a_free_slot_locked_by_a_slow_statement_is_taken_not_skipped(server_engine: Engine) -> None:
+    """A statement passing over the row can hold it a few hundred milliseconds on a loaded host
+    (a full test run's 2-node boundary once had two occurrences skipped, their slots free)."""
+    _slot(server_engine, "slow")
+    outcome, status, _ = _claim_under_lock(server_engine, "slow", 0.3)
+    assert (outcome, status) == ("claimed", "running")
+
+
 def test_a_held_slot_under_a_frozen_owners_lock_is_busy_at_once(server_engine: Engine) -> None:
     _slot(server_engine, "held", holder="earlier-occurrence")
     outcome, status, took = _claim_under_lock(server_engine, "held", 3.0)  # an owner frozen mid-commit
@@ -99,13 +107,13 @@ def test_a_held_slot_under_a_frozen_owners_lock_is_busy_at_once(server_engine: E
 
 
 def test_a_free_slot_locked_for_long_is_busy_after_the_retries_on_mariadb(server_engine: Engine) -> None:
-    """MariaDB tries a locked free slot again for about 75 ms, then counts it busy (the locker is
+    """MariaDB tries a locked free slot again for about 0.8 s, then counts it busy (the locker is
     taking it for another occurrence of the task, or frozen doing so). PostgreSQL's UPDATE waits
     for the lock and then takes the slot, still free."""
     _slot(server_engine, "long")
-    outcome, _, took = _claim_under_lock(server_engine, "long", 1.5)
+    outcome, _, took = _claim_under_lock(server_engine, "long", 2.0)
     if server_engine.dialect.name == "mysql":
         assert outcome == "skipped"
-        assert sum(SLOT_RETRY_PAUSES_S) <= took < 1.0, took
+        assert sum(SLOT_RETRY_PAUSES_S) <= took < 2.0, took
     else:
         assert outcome == "claimed" and took >= 1.0

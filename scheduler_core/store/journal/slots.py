@@ -18,8 +18,10 @@ from scheduler_core.db.tables import slots
 from scheduler_core.store.dialect import Batch, StatementCache, insert_ignore_many, run
 from scheduler_core.store.journal.rows import ClaimRequest
 
-# MySQL: pauses before a free slot that another transaction has locked is tried again (``_lock_slots``)
-SLOT_RETRY_PAUSES_S = (0.005, 0.02, 0.05)
+# MySQL: pauses before a free slot that another transaction has locked is tried again (``_lock_slots``):
+# about 0.8 s in all, as a statement passing over the row can take that long on a loaded host (75 ms
+# was too short: a full test run saw two occurrences of a 2-node boundary skipped, their slots free)
+SLOT_RETRY_PAUSES_S = (0.005, 0.02, 0.05, 0.1, 0.2, 0.4)
 
 
 def take_slots(conn: Connection, cache: StatementCache, won: Sequence[ClaimRequest]) -> set[str]:
@@ -64,7 +66,7 @@ def _lock_slots(conn: Connection, task_ids: list[str]) -> dict[str, str | None]:
     A row locked by another transaction is not always held: InnoDB also locks, for the length
     of a statement, rows that a locking statement only passes over (an UPDATE of the slots
     planned as a scan, say). A row locked now whose last committed state is free is therefore
-    tried again, after ``SLOT_RETRY_PAUSES_S`` (at most about 75 ms in all), before it counts as
+    tried again, after ``SLOT_RETRY_PAUSES_S`` (at most about 0.8 s in all), before it counts as
     busy; a row whose committed state is held counts as busy at once, so a claim still never
     waits for an owner frozen inside its terminal commit."""
     def lock(ids: list[str]) -> dict[str, str | None]:
