@@ -163,13 +163,18 @@ def _node(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here, not at the top: `db` commands and --help then start without the runtime.
     from scheduler_core.config import SchedulerConfig
     from scheduler_core.runtime import Scheduler
+    from scheduler_core.testing import clock_offset_from_env, set_clock_offset_from_env
 
     hooks = node_hooks(args, settings)
+    clock_offset_from_env()  # a bad test clock offset (or one in production) stops it before it connects
     values: dict[str, Any] = {"max_concurrency": args.max_concurrency, "groups": settings.groups}
     if args.node_id:
         values["node_id"] = args.node_id
     config = SchedulerConfig(**values)
     engine = _engine(settings)
+    # HAI_TEST_DB_CLOCK_OFFSET_MS, as every dashboard worker applies it (webapp/app.py): a test's
+    # nodes and dashboard must read one database clock
+    set_clock_offset_from_env(engine)
     scheduler = Scheduler(engine, config, hooks=hooks)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -18,6 +18,7 @@ import pytest
 
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.runtime.accounts import Accounts
+from scheduler_core.store.nodes import NodeRepository
 from tests.helpers.served import free_port
 
 pytestmark = pytest.mark.slow
@@ -102,6 +103,9 @@ def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "settings", "field"), [
     (["node"], {"HAI_DATABASE_URL": "bogus"}, "HAI_DATABASE_URL"),
     (["node", "--group", "a\tb"], {}, "--group"),
+    (["node"], {"HAI_TEST_DB_CLOCK_OFFSET_MS": "abc"}, "HAI_TEST_DB_CLOCK_OFFSET_MS"),
+    (["node"], {"HAI_TEST_DB_CLOCK_OFFSET_MS": "60000", "HAI_ENV": "production",
+                "HAI_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}, "HAI_TEST_DB_CLOCK_OFFSET_MS"),
     (["db", "upgrade"], {"HAI_DATABASE_POOL_SIZE": "0"}, "HAI_DATABASE_POOL_SIZE"),
     (["db", "status"], {"HAI_THREADS": "lots"}, "HAI_THREADS"),
     (["create-user", "bob", "--role", "viewer"], {"HAI_DATABASE_URL": "bogus", "HAI_NEW_PASSWORD": "long enough"},
@@ -111,6 +115,28 @@ def test_node_db_and_create_user_refuse_bad_settings_too(args: list[str], settin
                                                          tmp_path: Path) -> None:
     _one_line_error(_run(args, tmp_path, **settings), field)
     assert not list(tmp_path.iterdir()), "something was created"
+
+
+def test_a_standalone_node_reads_the_test_clock_offset_as_the_dashboard_does(tmp_path: Path) -> None:
+    """``node`` applies HAI_TEST_DB_CLOCK_OFFSET_MS as each dashboard worker does: a test's nodes
+    and dashboard read one database clock (its heartbeat is a day ahead of SQLite's real clock)."""
+    url = f"sqlite:///{tmp_path}/offset.db"
+    node = subprocess.Popen([sys.executable, "-m", "webapp.cli", "node", "--node-id", "ahead"], cwd=tmp_path,
+                            env=_environ(HAI_DATABASE_URL=url, HAI_TEST_DB_CLOCK_OFFSET_MS="86400000"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    engine = create_engine(url)
+    try:
+        assert node.stdout is not None and "running" in node.stdout.readline(), node.communicate()[1][-3000:]
+        deadline = time.monotonic() + 30
+        while not (seen := NodeRepository(engine).alive(10 * 86_400_000)[1]):
+            assert time.monotonic() < deadline, "the node wrote no heartbeat"
+            time.sleep(0.1)
+        assert seen[0].last_seen_at - time.time() * 1000 > 23 * 3_600_000, seen
+    finally:
+        close_engine(engine)
+        node.send_signal(signal.SIGTERM)
+        _, err = node.communicate(timeout=60)
+    assert node.returncode == 0, err[-3000:]
 
 
 def test_a_flag_beats_a_bad_variable_in_every_process(tmp_path: Path) -> None:
