@@ -7,13 +7,13 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler
 from scheduler_core.cron import new_occurrence_id
 from scheduler_core.db.clock import db_now_ms
-from scheduler_core.db.tables import slots
+from scheduler_core.db.tables import executions, slots
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 from scheduler_core.testing import clock_offset, set_clock_offset
@@ -21,9 +21,12 @@ from scheduler_core.testing import clock_offset, set_clock_offset
 
 def abandon_running_execution(engine: Engine, task_id: str, started: bool, lease_ms: int = 1000,
                               max_attempts: int = 1) -> str:
-    """Claim a manual occurrence as node "ghost" (lease ``lease_ms``), optionally begin an
-    attempt, and walk away -- as a process that died would."""
-    ghost = ExecutionRepository(engine, "ghost", lease_ms)
+    """Claim a manual occurrence as node "ghost", optionally begin an attempt, and walk away --
+    as a process that died would -- leaving a lease that expires ``lease_ms`` from now.
+
+    The claim and the begin hold a long lease, shortened afterwards: on a loaded host more than
+    a short lease can pass between the two, and the begin would then (rightly) be refused."""
+    ghost = ExecutionRepository(engine, "ghost", 120_000)
     token = str(uuid.uuid4())
     occurrence = new_occurrence_id()
     (result,) = ghost.claim([ClaimRequest(occurrence, task_id, 1, "manual", max_attempts, token)])
@@ -31,6 +34,9 @@ def abandon_running_execution(engine: Engine, task_id: str, started: bool, lease
     if started:
         attempt = Attempt(log_id=str(uuid.uuid4()), attempt=1, sequence=1, node_id="ghost", started_at=1)
         assert ghost.begin_attempt(occurrence, token, [attempt])
+    with engine.begin() as conn:
+        conn.execute(update(executions).where(executions.c.occurrence_id == occurrence)
+                     .values(lease_until=db_now_ms() + lease_ms))
     return occurrence
 
 
