@@ -38,6 +38,7 @@ from sqlalchemy import event
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.process_stop import stop_on_signals, wait_for_stop
 from scheduler_core.testing import set_clock_offset_from_env
 
 
@@ -103,8 +104,7 @@ def main(url: str, node_id: str, concurrency: int, max_queued: int) -> None:
                           hooks={"on_task_execute": execute})
     scheduler.init()
     galera_sync_wait_from_env(engine)  # after init, whose Galera check would refuse it
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = stop_on_signals((signal.SIGTERM,))
     with lock:
         for name in counts:
             counts[name] = 0  # count the running node, not its start-up
@@ -112,7 +112,7 @@ def main(url: str, node_id: str, concurrency: int, max_queued: int) -> None:
     scheduler.add_tick_listener(ticks.append)
     cpu_before = time.process_time()
     scheduler.start()
-    stop.wait()
+    wait_for_stop(stop)
     scheduler.close()
     cpu_ms = int((time.process_time() - cpu_before) * 1000)
     if profiles is not None and profile_dir:

@@ -36,6 +36,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.process_stop import wait_for_stop
 from scheduler_core.reach import Reach, RoundReport
 from scheduler_core.testing import set_clock_offset_from_env
 
@@ -162,7 +163,7 @@ class Node:
             self.scheduler.start()
         if self.reach is not None and self.options.get("reach_mode") == "loop":
             self._loop_rounds(self.reach)
-        self.stop.wait()
+        wait_for_stop(self.stop)
         end = self.meter.read()
         if self.scheduler is not None:
             self.scheduler.close()

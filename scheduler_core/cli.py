@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +30,7 @@ from scheduler_core.db import close_engine, create_engine, health_check, migrati
 from scheduler_core.db.galera import galera_node
 from scheduler_core.db.replication import replication_state
 from scheduler_core.errors import GaleraSettingError, ReachError, SchedulerError
+from scheduler_core.process_stop import stop_on_signals, wait_for_stop
 from scheduler_core.settings import Settings, likely_typos, read_settings
 
 NO_DATABASE = 4  # `db status`: the SQLite file does not exist (3: migrations are pending)
@@ -176,16 +175,14 @@ def _node(args: argparse.Namespace, settings: Settings) -> int:
     # nodes and dashboard must read one database clock
     set_clock_offset_from_env(engine)
     scheduler = Scheduler(engine, config, hooks=hooks)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = stop_on_signals()
     reach = None
     try:
         scheduler.init()
         reach = _node_reach(settings, scheduler)
         scheduler.start()
         print(f"node {scheduler.config.node_id} running; SIGTERM or Ctrl-C stops it", flush=True)
-        stop.wait()
+        wait_for_stop(stop)
     finally:
         if reach is not None:
             reach.close()

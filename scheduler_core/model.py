@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.cron.expressions import MAX_CRON_LENGTH
@@ -20,7 +18,7 @@ from scheduler_core.statuses import (
     LogPersistenceStatus,
     Trigger,
 )
-from scheduler_core.task_policies import Calendar, CatchupPolicy, Pause, RetryPolicy
+from scheduler_core.task_policies import Calendar, CatchupPolicy, OverlapPolicy, Pause, RetryPolicy
 from scheduler_core.task_schema import Section, TaskField, Widget, declare, task_fields
 from scheduler_core.validation import (
     GROUP_MAX,
@@ -29,8 +27,10 @@ from scheduler_core.validation import (
     check_group,
     check_id,
     check_json,
-    check_json_object,
+    check_link,
+    check_optional_int,
     check_optional_text,
+    check_params,
     check_text,
 )
 
@@ -38,6 +38,8 @@ NAME_MAX = 255
 RUNBOOK_URL_MAX = 2048
 OWNER_MAX = 255
 DESCRIPTION_MAX = 10_000
+PAUSE_ON_FAILURE_MAX = 100
+MAX_RUNS_MAX = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,25 @@ class TaskDefinition:
         "What a node does with occurrences nobody ran while the cluster was down, and how far back it looks.",
         example={"policy": "latest", "window_ms": 600_000},
         invalid={"policy": "latest", "window_ms": 7 * 86_400_000 + 1}), None)
+    overlap: OverlapPolicy | None = declare(TaskField(  # None: skip, an occurrence whose slot is held is skipped
+        "When a run is still going", Widget.OVERLAP, Section.EXECUTION,
+        "What a cron occurrence does while the task's previous run still holds its slot: skip it; buffer_one (wait "
+        "for the slot, at most one waiting); buffer_all (each waits its turn, up to the limit); cancel_other (wait, "
+        "and ask the running one to stop); terminate_other (the same, killing its process: python, js and command "
+        "handlers only). Never two runs of the task at once.",
+        example={"policy": "buffer_all", "buffer_limit": 5},
+        invalid={"policy": "buffer_all", "buffer_limit": 1001}), None)
+    pause_on_failure: int | None = declare(TaskField(  # None: never paused by failures
+        "Pause after this many failures in a row", Widget.COUNT, Section.EXECUTION,
+        "Pause the task when this many of its scheduled runs in a row have failed (retries spent; manual runs do "
+        "not count): reason 'failed N times in a row', an alert task.paused. Empty: never.",
+        max_length=PAUSE_ON_FAILURE_MAX, example=3, invalid=0), None)
+    max_runs: int | None = declare(TaskField(  # None: no limit
+        "Disable after this many scheduled runs", Widget.COUNT, Section.SCHEDULE,
+        "The task disables itself when this many of its scheduled runs (cron and catch-up; manual runs do not "
+        "count) have started; the last one ends as its handler says. Enabling it again starts a new count. "
+        "Empty: no limit.",
+        max_length=MAX_RUNS_MAX, example=5, invalid=MAX_RUNS_MAX + 1), None)
     runbook_url: str | None = declare(TaskField(  # shown where an operator decides about this task's runs
         "Runbook URL", Widget.LINE, Section.TASK, "Where an operator reads what to do when a run fails or its outcome "
         "is unknown (http or https); linked from the task's page.", max_length=RUNBOOK_URL_MAX,
@@ -114,6 +135,10 @@ class TaskDefinition:
                             0)  # incremented by every change
     paused: Pause | None = declare(TaskField(  # set by Scheduler.pause, cleared by resume
         "Paused", Widget.STORED, Section.STORED, updatable=False), None)
+    runs_counted: int = declare(TaskField(  # scheduled runs started since it was (re-)enabled, when max_runs is set
+        "Scheduled runs counted", Widget.STORED, Section.STORED, updatable=False), 0)
+    limit_reached_at: int | None = declare(TaskField(  # DB-clock ms: it disabled itself on reaching max_runs
+        "Reached its max_runs", Widget.STORED, Section.STORED, updatable=False), None)
     created_at: int | None = declare(TaskField("Created", Widget.STORED, Section.STORED, updatable=False),
                                      None)  # DB-clock ms
     updated_at: int | None = declare(TaskField(  # DB-clock ms; the version operators compare-and-set
@@ -131,6 +156,10 @@ class TaskDefinition:
     def catchup_policy(self) -> CatchupPolicy:
         return self.catchup or CatchupPolicy()
 
+    @property
+    def overlap_policy(self) -> OverlapPolicy:
+        return self.overlap or OverlapPolicy()
+
     def due_at(self, minute_ms: int) -> bool:
         """Whether its calendar lets the cron fire at ``minute_ms`` (a minute the cron names)."""
         return self.calendar is None or self.calendar.allows(minute_ms, self.timezone)
@@ -144,9 +173,9 @@ class TaskDefinition:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["handler"] = masked_handler(self.handler)
         data["params"] = mask_values(self.params)
-        data["retry"] = self.retry.to_json() if self.retry else None
-        data["catchup"] = self.catchup.to_json() if self.catchup else None
-        data["calendar"] = self.calendar.to_json() if self.calendar else None
+        for name in ("retry", "catchup", "overlap", "calendar"):  # policies as their mappings
+            value = getattr(self, name)
+            data[name] = value.to_json() if value else None
         data["paused"] = vars(self.paused).copy() if self.paused else None
         return data
 
@@ -178,35 +207,6 @@ def declared_text(task: TaskDefinition, name: str) -> str | None:
                  single_line=declared.spec.widget is not Widget.TEXT)
 
 
-def check_link(link: str | None, field: str) -> str | None:
-    """None, or an http(s) URL (already checked as one line of text) that a page may link to: no
-    other scheme (a ``javascript:`` link would run in the operator's browser)."""
-    if link is None:
-        return None
-    try:
-        parts = urlsplit(link)
-    except ValueError as exc:
-        raise ConfigError(field, f"is not a URL: {exc}") from None
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc or any(c.isspace() for c in link):
-        raise ConfigError(field, f"must be an http:// or https:// URL without spaces (got {link[:80]!r})")
-    return link
-
-
-PARAMS_MAX_BYTES = 64 * 1024  # a task's params as compact UTF-8 JSON: stored in every journal read of the task
-
-
-def check_params(value: Any, capped: bool = True) -> dict[str, Any] | None:
-    """A task's params: None or a JSON object of at most PARAMS_MAX_BYTES serialized (ConfigError "params").
-    ``capped=False`` reads a stored task: one saved before the cap existed still runs."""
-    params = check_json_object(value, "params")
-    if params is not None and capped:
-        size = len(json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode())
-        if size > PARAMS_MAX_BYTES:
-            raise ConfigError("params", f"must be at most {PARAMS_MAX_BYTES:,} bytes as JSON (got {size:,} bytes); "
-                                        "keep large data elsewhere and pass a reference")
-    return params
-
-
 def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored: bool = False) -> TaskDefinition:
     """Return the task normalised, or raise ConfigError / InvalidCronError naming the field.
     ``stored``: the task is read back from the database (the size cap on params is for writes)."""
@@ -221,6 +221,9 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
             check_bool(getattr(task, item.name), item.name)
     retry = RetryPolicy.parse(task.retry)
     catchup = CatchupPolicy.parse(task.catchup)
+    overlap = OverlapPolicy.parse(task.overlap)
+    check_optional_int(task.pause_on_failure, "pause_on_failure", 1, PAUSE_ON_FAILURE_MAX)
+    check_optional_int(task.max_runs, "max_runs", 1, MAX_RUNS_MAX)
     calendar = Calendar.parse(task.calendar)
     if task.node_group is not None:
         check_group(task.node_group, "node_group")
@@ -233,8 +236,11 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
             raise ConfigError("handler", "must be a mapping with a 'kind', or None")
         check_json(handler, "handler")
         handler = handler_validator(handler) if handler_validator else dict(handler)
+    if overlap is not None:
+        overlap.check_kind(str(handler.get("kind", "hook")) if handler else "hook")
     return replace(task, name=name, description=description, cron=cron, timezone=timezone, retry=retry, params=params,
-                   handler=handler, catchup=catchup, calendar=calendar, runbook_url=runbook_url, owner=owner)
+                   handler=handler, catchup=catchup, overlap=overlap, calendar=calendar, runbook_url=runbook_url,
+                   owner=owner)
 
 
 def declared_json(task: TaskDefinition) -> dict[str, Any]:

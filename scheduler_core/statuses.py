@@ -11,6 +11,11 @@ class Trigger(StrEnum):
     CRON = "cron"
     MANUAL = "manual"
     CATCHUP = "catchup"  # a cron occurrence run late, after downtime, by the task's catch-up policy
+    BACKFILL = "backfill"  # a past cron occurrence an operator asked to run (Scheduler.backfill)
+
+
+# the runs the schedule made: what max_runs and pause on failure count
+SCHEDULED_TRIGGERS = (Trigger.CRON, Trigger.CATCHUP)
 
 
 class ExecutionStatus(StrEnum):

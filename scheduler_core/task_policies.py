@@ -1,5 +1,6 @@
 """A task's policies: how it retries (``RetryPolicy``), what it does after downtime
-(``CatchupPolicy``), when its cron may fire at all (``Calendar``: an active window and excluded
+(``CatchupPolicy``), what an occurrence does while its task's slot is held
+(``OverlapPolicy``), when its cron may fire at all (``Calendar``: an active window and excluded
 dates or minutes), and an operator's pause (``Pause``). Frozen values that check themselves when
 made, so every door that builds one (Python, the form, the JSON API, a task file) refuses a bad
 value with the same field and words."""
@@ -97,6 +98,60 @@ class CatchupPolicy:
     @classmethod
     def parse(cls, value: CatchupPolicy | Mapping[str, Any] | None) -> CatchupPolicy | None:
         return _setting(cls, value, "catchup")
+
+
+class OverlapMode(StrEnum):
+    """What a cron occurrence does when its task's one slot is held (by a run still going, or by an
+    ``unknown`` one an operator has not resolved yet)."""
+
+    SKIP = "skip"  # journaled skipped (slot_busy)
+    BUFFER_ONE = "buffer_one"  # waits for the slot, at most one at a time; a second is skipped (buffer_full)
+    BUFFER_ALL = "buffer_all"  # each waits its turn, in minute order, up to buffer_limit
+    CANCEL_OTHER = "cancel_other"  # waits (as buffer_one), and the running one is asked to stop
+    TERMINATE_OTHER = "terminate_other"  # the same, for handlers whose process the node kills (STOPPABLE_KINDS)
+
+
+STOPPABLE_KINDS = frozenset({"python", "js", "command"})  # a cancelled attempt's process (group) is killed
+BUFFER_LIMIT_RANGE = (1, 1000)
+
+
+@dataclass(frozen=True)
+class OverlapPolicy:
+    """A task's overlap policy: ``policy``, and for ``buffer_all`` how many occurrences may wait
+    (``buffer_limit``). Whatever the policy, a task runs one occurrence at a time."""
+
+    policy: OverlapMode = OverlapMode.SKIP
+    buffer_limit: int = 10  # buffer_all only: occurrences waiting at once, beyond which buffer_full
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", check_choice(self.policy, "overlap.policy", OverlapMode))
+        check_int(self.buffer_limit, "overlap.buffer_limit", *BUFFER_LIMIT_RANGE)
+
+    @property
+    def waiting_limit(self) -> int:
+        """How many of the task's cron occurrences may wait for its slot at once (0: none waits)."""
+        if self.policy == OverlapMode.SKIP:
+            return 0
+        return self.buffer_limit if self.policy == OverlapMode.BUFFER_ALL else 1
+
+    @property
+    def supersedes(self) -> bool:
+        """A waiting occurrence asks the running one to stop."""
+        return self.policy in (OverlapMode.CANCEL_OTHER, OverlapMode.TERMINATE_OTHER)
+
+    def check_kind(self, kind: str) -> None:
+        """``terminate_other`` only where the node can truly stop the work (ConfigError otherwise)."""
+        if self.policy == OverlapMode.TERMINATE_OTHER and kind not in STOPPABLE_KINDS:
+            raise ConfigError("overlap.policy", f"terminate_other needs a handler whose process the node can kill "
+                                                f"({', '.join(sorted(STOPPABLE_KINDS))}); a {kind} handler cannot be "
+                                                "stopped for certain: use cancel_other")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": str(self.policy), "buffer_limit": self.buffer_limit}
+
+    @classmethod
+    def parse(cls, value: OverlapPolicy | Mapping[str, Any] | None) -> OverlapPolicy | None:
+        return _setting(cls, value, "overlap")
 
 
 EXCLUDE_MAX = 100  # exclusions per task

@@ -31,6 +31,8 @@ class Widget(StrEnum):
     RETRY = "retry"  # a RetryPolicy: attempts and delays
     CATCHUP = "catchup"  # a CatchupPolicy: policy and window
     CALENDAR = "calendar"  # a Calendar: active window and exclusions
+    OVERLAP = "overlap"  # an OverlapPolicy: policy and buffer limit
+    COUNT = "count"  # a whole number from 1 to TaskField.max_length, or none
     HANDLER = "handler"  # the handler: the api fields, or the host's hook
     STORED = "stored"  # kept by the store (revision, timestamps, pause): nobody declares it
 
@@ -54,7 +56,7 @@ class TaskField:
     section: Section
     hint: str = ""
     updatable: bool = True  # an update may change it (the id and the stored fields may not)
-    max_length: int | None = None  # for text widgets
+    max_length: int | None = None  # for text widgets; for COUNT, the largest number
     secret: bool = False  # shown masked (``masking``), sent back masked to keep the stored value
     example: Any = None  # a valid value other than the default (the round-trip test sets it)
     invalid: Any = None  # a value of the field's type that its rule refuses (the error test sends it everywhere)

@@ -8,10 +8,12 @@ ones all three databases can store and compare alike (docs/semantics.md, "Input"
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, NoReturn, TypeVar
+from urllib.parse import urlsplit
 
 from scheduler_core.errors import ConfigError
 
@@ -188,3 +190,32 @@ def shown(value: Any) -> str:
     except Exception:  # a huge int (str digits limit), a deep nest (RecursionError), a bad __repr__
         return f"a {type(value).__name__}"
     return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def check_link(link: str | None, field: str) -> str | None:
+    """None, or an http(s) URL (already checked as one line of text) that a page may link to: no
+    other scheme (a ``javascript:`` link would run in the operator's browser)."""
+    if link is None:
+        return None
+    try:
+        parts = urlsplit(link)
+    except ValueError as exc:
+        raise ConfigError(field, f"is not a URL: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc or any(c.isspace() for c in link):
+        raise ConfigError(field, f"must be an http:// or https:// URL without spaces (got {link[:80]!r})")
+    return link
+
+
+PARAMS_MAX_BYTES = 64 * 1024  # a task's params as compact UTF-8 JSON: stored in every journal read of the task
+
+
+def check_params(value: Any, capped: bool = True) -> dict[str, Any] | None:
+    """A task's params: None or a JSON object of at most PARAMS_MAX_BYTES serialized (ConfigError "params").
+    ``capped=False`` reads a stored task: one saved before the cap existed still runs."""
+    params = check_json_object(value, "params")
+    if params is not None and capped:
+        size = len(json.dumps(params, ensure_ascii=False, separators=(",", ":")).encode())
+        if size > PARAMS_MAX_BYTES:
+            raise ConfigError("params", f"must be at most {PARAMS_MAX_BYTES:,} bytes as JSON (got {size:,} bytes); "
+                                        "keep large data elsewhere and pass a reference")
+    return params

@@ -27,7 +27,7 @@ from scheduler_core.errors import ConfigError, InvalidCronError, SchedulerError,
 from scheduler_core.executors.http import METHODS
 from scheduler_core.masking import restore_masked
 from scheduler_core.model import DECLARED, TaskDefinition
-from scheduler_core.task_policies import Calendar, CatchupMode, CatchupPolicy, RetryPolicy
+from scheduler_core.task_policies import Calendar, CatchupMode, CatchupPolicy, OverlapMode, OverlapPolicy, RetryPolicy
 from scheduler_core.task_schema import DeclaredField, Section, Widget
 from webapp.forms import whole_number
 from webapp.timefmt import wall_ms
@@ -42,6 +42,8 @@ _WIDGET_FIELDS: dict[Widget, dict[str, str]] = {
     Widget.RETRY: {"retry.max_attempts": "retry_max_attempts", "retry": "retry_backoff"},
     Widget.CATCHUP: {"catchup.policy": "catchup_policy", "catchup.window_ms": "catchup_window_ms",
                      "catchup": "catchup_policy"},
+    Widget.OVERLAP: {"overlap.policy": "overlap_policy", "overlap.buffer_limit": "overlap_buffer_limit",
+                     "overlap": "overlap_policy"},
     Widget.CALENDAR: {"calendar.active_from_ms": "calendar_from", "calendar.active_until_ms": "calendar_until",
                       "calendar.exclude": "calendar_exclude", "calendar": "calendar_exclude"},
     Widget.HANDLER: {"handler.url": "url", "handler.method": "method", "handler.headers": "headers",
@@ -55,6 +57,7 @@ TEXT_FIELDS = tuple(dict.fromkeys(shown for shown in _FIELD_OF.values() if shown
 SECTIONS = tuple((section, tuple(f for f in DECLARED if f.spec.section is section))
                  for section in Section if section is not Section.STORED)
 CATCHUP_POLICIES = tuple(str(mode) for mode in CatchupMode)
+OVERLAP_POLICIES = tuple(str(mode) for mode in OverlapMode)
 
 
 def form_field(core_field: str) -> str:
@@ -106,7 +109,9 @@ class TaskForm:
             elif not declared.required and isinstance(declared.default, str):
                 values[declared.name] = declared.default
         values.update(kind="api", method="POST", retry_max_attempts="1",
-                      catchup_policy=str(CatchupPolicy().policy), catchup_window_ms=str(CatchupPolicy().window_ms))
+                      catchup_policy=str(CatchupPolicy().policy), catchup_window_ms=str(CatchupPolicy().window_ms),
+                      overlap_policy=str(OverlapPolicy().policy),
+                      overlap_buffer_limit=str(OverlapPolicy().buffer_limit))
         return cls(values, checks)
 
     @classmethod
@@ -127,7 +132,7 @@ class TaskForm:
                 values[declared.name] = "" if value is None else str(value)
         handler: Mapping[str, Any] = masked["handler"] or {}
         retry = masked["retry"] or {}
-        catchup = task.catchup_policy
+        catchup, overlap = task.catchup_policy, task.overlap_policy
         calendar = task.calendar or Calendar()
         zone = _zone(task.timezone)
         values.update(
@@ -138,6 +143,7 @@ class TaskForm:
             retry_max_attempts=str(retry.get("max_attempts", 1)),
             retry_backoff=", ".join(str(ms) for ms in retry.get("backoff_ms", [])),
             catchup_policy=str(catchup.policy), catchup_window_ms=str(catchup.window_ms),
+            overlap_policy=str(overlap.policy), overlap_buffer_limit=str(overlap.buffer_limit),
             kind=task.handler_kind, url=str(handler.get("url", "")),
             method=str(handler.get("method", "POST")), headers=_header_lines(handler.get("headers") or {}),
             body=_json_text(handler.get("body")), timeout=str(handler.get("timeout", "")))
@@ -188,10 +194,18 @@ class TaskForm:
             return text
         if widget in (Widget.TEXT, Widget.GROUP):
             return text.strip() or None
+        if widget is Widget.COUNT:  # empty: none; the core checks the range
+            number = whole_number(text.strip()) if text.strip() else None
+            if text.strip() and number is None:
+                self.errors[name] = f"{text.strip()[:40]!r} is not a whole number."
+            return number
         if widget is Widget.RETRY:
             return self._retry()
         if widget is Widget.CATCHUP:
-            return self._catchup(stored)
+            return self._policy(CatchupPolicy, "catchup", "window_ms", stored,
+                                "is not a number of milliseconds (e.g. 3600000 = 1 h)")
+        if widget is Widget.OVERLAP:
+            return self._policy(OverlapPolicy, "overlap", "buffer_limit", stored, "is not a whole number")
         if widget is Widget.CALENDAR:
             return self._calendar()
         if widget is Widget.HANDLER:
@@ -207,21 +221,28 @@ class TaskForm:
                 self.fail(exc)
         return value
 
-    def _catchup(self, stored: TaskDefinition | None) -> CatchupPolicy | None:
-        policy = self.values["catchup_policy"].strip() or str(CatchupMode.NONE)
-        text = self.values["catchup_window_ms"].strip()
-        window = whole_number(text) if text else CatchupPolicy().window_ms
-        if window is None:
-            self.errors["catchup_window_ms"] = f"{text[:40]!r} is not a number of milliseconds (e.g. 3600000 = 1 h)."
+    def _policy(self, cls: Any, name: str, number: str, stored: TaskDefinition | None, not_number: str) -> Any:
+        """A policy typed as a choice (``<name>_policy``) and a number (``<name>_<number>``). Left
+        at its defaults on a task that has none stored: none (the default behaviour, nothing stored)."""
+        default = cls()
+        policy = self.values[f"{name}_policy"].strip() or str(default.policy)
+        text = self.values[f"{name}_{number}"].strip()
+        value = whole_number(text) if text else getattr(default, number)
+        if value is None:
+            self.errors[f"{name}_{number}"] = f"{text[:40]!r} {not_number}."
             return None
-        unset = stored is None or stored.catchup is None
-        if unset and policy == CatchupMode.NONE and window == CatchupPolicy().window_ms:
-            return None  # nothing chosen: stays "journal them missed" without a stored policy
+        if getattr(stored, name, None) is None and policy == default.policy and value == getattr(default, number):
+            return None
         try:
-            return CatchupPolicy.parse({"policy": policy, "window_ms": window})
+            return cls.parse({"policy": policy, number: value})
         except ConfigError as exc:  # the core's message, next to its field
             self.fail(exc)
             return None
+
+    def typed_calendar(self) -> tuple[Calendar | None, bool]:
+        """The calendar as typed so far, for the live preview: (it or None, whether it has errors)."""
+        calendar = self._calendar()
+        return calendar, any(name.startswith("calendar") for name in self.errors)
 
     def _calendar(self) -> Calendar | None:
         """The window's ends are typed as wall times in the task's zone (the one typed on this form);
@@ -361,6 +382,7 @@ __all__ = [
     "CODE_REFUSED",
     "FORM_KINDS",
     "METHODS",
+    "OVERLAP_POLICIES",
     "SECTIONS",
     "TaskForm",
     "cron_error",

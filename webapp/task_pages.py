@@ -12,6 +12,7 @@ is decided by the routes in ``webapp/tasks.py``; they call these to show the res
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 from zoneinfo import available_timezones
@@ -50,12 +51,15 @@ def search_error(context: dict[str, Any], exc: ConfigError) -> ResponseReturnVal
 # --- cron preview ------------------------------------------------------------------------------
 
 
-def schedule_preview(cron: str, timezone: str) -> dict[str, Any]:
+def schedule_preview(cron: str, timezone: str, typed: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The live preview's context: the schedule's next runs, through the calendar typed beside it
+    (``typed``: the form's fields; a calendar with errors is left out and said so)."""
     if not cron.strip():
         return {"preview": None, "preview_error": None}
+    calendar, calendar_errors = TaskForm.from_request(typed or {}).typed_calendar()
     try:
-        return {"preview": scheduler_of(current_app).task_ops.preview(cron, timezone.strip() or None),
-                "preview_error": None}
+        return {"preview": scheduler_of(current_app).task_ops.preview(cron, timezone.strip() or None, calendar),
+                "preview_error": None, "calendar_errors": calendar_errors}
     except InvalidCronError as exc:
         return {"preview": None, "preview_error": cron_error(exc.message)}
     except ConfigError as exc:
@@ -71,7 +75,7 @@ def render_form(form: TaskForm, task: TaskDefinition | None, status: int = 200) 
     ops = scheduler_of(current_app).task_ops
     return render_template("tasks/form.html", form=form, task=task, sections=SECTIONS, methods=METHODS,
                            zones=_zone_names(), live_groups=ops.live_groups(), catchup_window_max=CATCHUP_WINDOW_MAX_MS,
-                           **schedule_preview(form.values["cron"], form.values["timezone"])), status
+                           **schedule_preview(form.values["cron"], form.values["timezone"], form.values)), status
 
 
 @lru_cache(maxsize=1)
@@ -96,4 +100,5 @@ def render_detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str,
     return render_template("tasks/detail.html", task=task, definition=definition, code=code, next_runs=next_runs,
                            run_notes=[dst_note(task.cron, task.timezone, ms) for ms in next_runs],
                            history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
-                           log_links=log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker)
+                           log_links=log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker,
+                           counts=ops.schedule_counts(task.id))

@@ -112,7 +112,8 @@ def index() -> ResponseReturnValue:
 def cron_preview() -> ResponseReturnValue:
     """What a schedule being typed means (an HTMX fragment of the form; opened directly, a page)."""
     template = "tasks/_cron_preview.html" if wants_fragment() else "tasks/cron_preview.html"
-    return render_template(template, **schedule_preview(request.args.get("cron", ""), request.args.get("timezone", "")))
+    return render_template(template, **schedule_preview(request.args.get("cron", ""), request.args.get("timezone", ""),
+                                                        request.args))
 
 
 # --- create / edit ------------------------------------------------------------------------------

@@ -79,7 +79,13 @@ tasks = Table(
     Column("runbook_url", String(2048), nullable=True),  # an http(s) link for operators (migration 0015)
     Column("owner", String(255), nullable=True),  # whom operators contact about its runs (migration 0017)
     Column("calendar", Json, nullable=True),  # active window and exclusions (migration 0018)
+    Column("overlap", Json, nullable=True),  # overlap policy (migration 0019)
+    Column("pause_on_failure", Integer, nullable=True),  # failures in a row that pause it (migration 0020)
+    Column("max_runs", Integer, nullable=True),  # scheduled runs after which it disables itself (migration 0021)
+    Column("runs_counted", Integer, nullable=False, server_default="0"),  # started since (re-)enabled
+    _ms("limit_reached_at", nullable=True),  # it disabled itself on reaching max_runs (DB clock)
     Index(None, "updated_at"),
+    Index(None, "paused_at", "id"),  # the task.paused alert's scan (migration 0020)
     Index(None, "managed_by"),  # tasks apply --prune
     Index(None, "enabled", "id"),
     **MYSQL_TABLE_OPTIONS,
@@ -105,7 +111,7 @@ executions = Table(
     Column("occurrence_id", String(OCCURRENCE_ID_LENGTH), primary_key=True),
     Column("task_id", String(ID_LENGTH), nullable=False),
     Column("task_revision", BigInteger, nullable=False),
-    Column("trigger", String(16), nullable=False),  # cron | manual | catchup
+    Column("trigger", String(16), nullable=False),  # cron | manual | catchup | backfill
     Column("source", String(ID_LENGTH), nullable=True),
     Column("idempotency_key", String(ID_LENGTH), nullable=True),
     _ms("scheduled_minute", nullable=True),  # UTC minute start of a cron occurrence

@@ -3,7 +3,7 @@
 A ``Fact`` is one thing that happened, once, under a stable key, with the template variables of
 its alert. ``Detectors`` read through ``AlertRepository``: the changes after each detector's
 cursor (the journal's unknown, failed and missed executions, dead notifications, a gap no node
-planned, a database clock jump), page by page, and the conditions that have lasted longer than
+planned, a database clock jump, a paused task), page by page, and the conditions that have lasted longer than
 a rule's ``after_ms`` (blocked tasks, logs still pending, lost nodes). ``ClusterIdle`` is the
 dashboard's look at how long the cluster has planned nothing. Raising the facts, once per rule,
 is ``Alerts``' (reach/alerts.py).
@@ -75,7 +75,7 @@ class Detectors:
     def changes(self, probe: Probe, rules: list[AlertRule]) -> list[Fact]:
         """The facts of what changed since each detector's cursor (the cursors move)."""
         return [*self._journal_facts(probe), *self._dead_facts(probe), *self._gap_facts(probe, rules),
-                *self._clock_facts(probe)]
+                *self._clock_facts(probe), *self._paused_facts(probe)]
 
     def _journal_facts(self, probe: Probe) -> Iterator[Fact]:
         repo = self._repo()
@@ -105,6 +105,17 @@ class Detectors:
                         "summary": f"the database clock jumped {jump:+d} ms against node {n.node_id}'s clock at "
                                    f"{_iso(at)} (a failover to a server with another clock?); leases were renewed "
                                    "at once"})
+
+    def _paused_facts(self, probe: Probe) -> Iterator[Fact]:
+        for t in self._pages("paused", probe, self._repo().paused_tasks, lambda r: (int(r.paused_at), r.id)):
+            at, by = int(t.paused_at), t.paused_by or "someone"
+            until = f" until {_iso(int(t.paused_until))}" if t.paused_until is not None else ""
+            yield Fact(AlertEvent.TASK_PAUSED, f"task.paused:{t.id}:{at}", t.id, t.id, t.node_group,
+                       {"task_id": t.id, "task_name": t.name or t.id, "status": "paused",
+                        "reason": t.paused_reason or "", "at": _iso(at),
+                        "link": self._link(f"/tasks/view/{quote(t.id, safe='')}"),
+                        "summary": f"{t.name or t.id}: paused by {by}{until}"
+                                   f"{': ' + t.paused_reason if t.paused_reason else ''}"})
 
     def _pages(self, name: str, probe: Probe, read: Any, position: Any) -> Iterator[Any]:
         """Everything changed after the detector's cursor (less an overlap), page by page; the

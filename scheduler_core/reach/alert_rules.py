@@ -31,6 +31,7 @@ class AlertEvent(StrEnum):
     EXECUTION_FAILED = "execution.failed"  # final: no attempt left; key: the occurrence
     EXECUTION_MISSED = "execution.missed"  # key: the occurrence
     TASK_BLOCKED = "task.blocked"  # slot held by an unknown or long-running execution for after_ms
+    TASK_PAUSED = "task.paused"  # paused (by failures in a row, or by an operator); key: the task and when
     LOG_PENDING = "log.pending"  # a log write pending for after_ms; key: the occurrence
     QUEUE_DEAD = "queue.dead"  # a message became dead; key: the message and when
     NODE_LOST = "node.lost"  # no heartbeat for after_ms without a clean stop; key: the node's run

@@ -170,7 +170,7 @@ class Alerts:
 
     def _changed(self, probe: Probe) -> bool:
         latest = {"journal": probe.journal_latest, "dead": probe.dead_latest, "gap": probe.last_gap_from,
-                  "clock": probe.clock_jump_latest}
+                  "clock": probe.clock_jump_latest, "paused": probe.paused_latest}
         new = any(self._seen.get(name, -1) != value for name, value in latest.items())
         self._seen.update(latest)
         lasting = [probe.oldest_pending_log, probe.oldest_unknown, probe.oldest_running, probe.oldest_heartbeat]

@@ -123,7 +123,9 @@ def definition_problem(execution: Execution, task: TaskDefinition | Exception | 
     if task is None:
         return "deleted"
     if execution.trigger == Trigger.CRON:
-        if not task.enabled:
+        # A task that disabled itself on reaching its max_runs let its last run go on: no other
+        # run of it is seated after that (store/journal/run_limits.py).
+        if not task.enabled and task.limit_reached_at is None:
             return "disabled"
         # The revision it was claimed at made it due (the planner checked); any change of
         # cron, timezone or calendar bumps the revision, so only a changed definition is asked again.

@@ -1,6 +1,7 @@
 """Queued rows: catch-up runs and manual triggers journaled ``queued`` for a node able to run
-them (docs/semantics.md). A node's tick claims those it can run, up to its free capacity, after
-the occurrences due in the same tick, and ends those nobody can run."""
+them, and cron occurrences waiting for their task's slot (its overlap policy; docs/semantics.md).
+A node's tick claims those it can run, up to its free capacity, after the occurrences due in the
+same tick, and ends those nobody can run."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from scheduler_core.model import Execution
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import Planner
 from scheduler_core.runtime.recovery import claimed_execution, queued_request
-from scheduler_core.runtime.runner import Ownership, Runner
-from scheduler_core.statuses import ExecutionStatus
+from scheduler_core.runtime.runner import SUPERSEDED, Ownership, Runner
+from scheduler_core.statuses import ExecutionStatus, Trigger
 from scheduler_core.store import ClaimOutcome
 
 QUEUED_BATCH = 200  # queued rows read per scan
@@ -37,7 +38,9 @@ class QueuedClaims:
         if latest_queued is None or latest_queued == self._seen:
             return
         rows = self.ctx.handoff.queued(QUEUED_BATCH)
-        mine = [e for e in rows if self.runnable(e.task_id)]
+        self._supersede(rows)
+        runnable = [e for e in rows if self.runnable(e.task_id)]
+        mine = _first_of_each_task([e for e in runnable if not self._held(e, now_ms)])
         requests = [queued_request(e, str(uuid.uuid4())) for e in mine[:self.free_capacity()]]
         results = self.ctx.handoff.claim_queued(requests) if requests else []
         claimed = {r.occurrence_id for r in results if r.outcome == ClaimOutcome.CLAIMED}
@@ -46,7 +49,24 @@ class QueuedClaims:
                 self.submit(Runner(self.ctx, Ownership(claimed_execution(r, self.ctx.node_id), r.token, None, [],
                                                        reread=True)))
         self._end_unrunnable([e for e in rows if not self.runnable(e.task_id)], now_ms)
-        self._seen = latest_queued if not mine else None
+        self._seen = latest_queued if not runnable else None  # rows it can run wait: scan again next tick
+
+    def _held(self, execution: Execution, now_ms: int) -> bool:
+        """A buffered cron occurrence of a paused task waits on, until the task is resumed (a pause
+        starts no cron occurrence; it is the operator's to end)."""
+        task = self.planner.task(execution.task_id)
+        paused = task.paused if task is not None else None
+        return execution.trigger == Trigger.CRON and paused is not None and paused.active(now_ms)
+
+    def _supersede(self, rows: list[Execution]) -> None:
+        """A cron occurrence waits for the slot of a task whose overlap policy is cancel_other or
+        terminate_other: its run on this node is asked to stop (``superseded``). The runner ends
+        it as the executor could tell (``Runner``): interrupted, or unknown when it cannot be known."""
+        waiting = {e.task_id for e in rows if e.trigger == Trigger.CRON}
+        for runner in self.ctx.runners() if waiting else ():
+            task = self.planner.task(runner.owned.execution.task_id)
+            if task is not None and task.id in waiting and task.overlap_policy.supersedes:
+                runner.signal.cancel(SUPERSEDED)
 
     def _end_unrunnable(self, rows: list[Execution], now_ms: int) -> None:
         """Queued rows that wait longer than a tick: of a task gone, ``interrupted``; of one no
@@ -58,3 +78,14 @@ class QueuedClaims:
                 self.ctx.handoff.settle_queued(execution, ExecutionStatus.INTERRUPTED, "deleted")
             elif not self.ctx.capable_node_alive(task):
                 self.ctx.handoff.settle_queued(execution, ExecutionStatus.MISSED, "no_capable_node")
+
+
+def _first_of_each_task(rows: list[Execution]) -> list[Execution]:
+    """The earliest queued row of each task (by minute, then as read): a claim seats one
+    occurrence a task at a time, and the rest would be owned only to be queued again."""
+    first: dict[str, Execution] = {}
+    for e in rows:
+        held = first.get(e.task_id)
+        if held is None or (e.scheduled_minute or 0) < (held.scheduled_minute or 0):
+            first[e.task_id] = e
+    return [e for e in rows if first[e.task_id] is e]

@@ -17,6 +17,7 @@ from scheduler_core.executors.base import CancelSignal, ExecutionContext, Execut
 from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistence, TaskDefinition
 from scheduler_core.runtime.batching import Answer, FinishOutcome
 from scheduler_core.runtime.context import RuntimeContext
+from scheduler_core.runtime.failure_pause import pause_soon_if_failing
 from scheduler_core.runtime.planner import definition_problem
 from scheduler_core.statuses import AttemptStatus, ExecutionStatus, LogPersistenceStatus
 from scheduler_core.store.executions import BeginRequest, FinishRequest
@@ -24,6 +25,7 @@ from scheduler_core.store.transactions import is_unreachable
 
 logger = logging.getLogger("scheduler_core.runner")
 CANCELLED_BY_DEFINITION = ("deleted", "disabled", "rescheduled", "unreadable")
+SUPERSEDED = "superseded"  # a newer occurrence waits for the slot of a cancel_other / terminate_other task
 UNCONFIRMED = LogPersistenceStatus.UNCONFIRMED
 # A begin or terminal commit the database did not answer is asked again after these back-offs
 # (db/outage.py), for as long as the lease holds: a failover's seconds without a primary.
@@ -271,6 +273,12 @@ class Runner:
         reason = self.signal.reason or "cancelled"
         if reason == "lease_lost":
             return self._log(UNCONFIRMED, "lease lost while the handler ran")
+        if reason == SUPERSEDED and self.owned.attempts[-1].status == AttemptStatus.UNKNOWN:
+            # the executor cannot tell whether the work was done (a killed process, a request sent)
+            return self._finish(ExecutionStatus.UNKNOWN, reason, release=False)
+        if reason == SUPERSEDED:
+            self._overrule_last_attempt(AttemptStatus.INTERRUPTED, "cancelled: a newer occurrence superseded it")
+            return self._finish(ExecutionStatus.INTERRUPTED, reason, release=True)
         if reason in CANCELLED_BY_DEFINITION:
             self._overrule_last_attempt(AttemptStatus.INTERRUPTED, f"cancelled: task {reason}")
             return self._finish(ExecutionStatus.INTERRUPTED, reason, release=True)
@@ -365,6 +373,9 @@ class Runner:
                                        attempts=tuple(request.attempts))
         if status == ExecutionStatus.SUCCESS and self.owned.task is not None and self.owned.task.delete_after_run:
             self._delete_after_run(self.owned.task)
+        if status == ExecutionStatus.FAILED and self.owned.task is not None and self.owned.task.pause_on_failure:
+            pause_soon_if_failing(self.ctx.tasks, self.ctx.executions, self.owned.task, self.owned.execution,
+                                  self.ctx.clock.now_ms())
         return self._log(outcome.persistence.status, outcome.persistence.error, status)
 
     def _delete_after_run(self, task: TaskDefinition) -> None:

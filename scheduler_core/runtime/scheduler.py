@@ -26,6 +26,7 @@ from scheduler_core.errors import (
 )
 from scheduler_core.executors import Executor, ExecutorRegistry
 from scheduler_core.model import UPDATABLE_FIELDS, ExecutionLog, TaskDefinition, validate_task
+from scheduler_core.runtime.backfill import BackfillResult, backfill
 from scheduler_core.runtime.clock_skew import SkewWatch
 from scheduler_core.runtime.clock_watch import jump_tolerance_ms
 from scheduler_core.runtime.context import RuntimeContext
@@ -33,6 +34,7 @@ from scheduler_core.runtime.execution_operations import ExecutionOperations, che
 from scheduler_core.runtime.hooks import Hooks
 from scheduler_core.runtime.manual_triggers import claim_manual, occurrence_id_for
 from scheduler_core.runtime.node import Node
+from scheduler_core.runtime.schedule_description import ScheduleDescription, describe
 from scheduler_core.runtime.startup import check_pool, connections_needed, migrate, validated_declared
 from scheduler_core.runtime.task_operations import TaskOperations, TaskState
 from scheduler_core.store import (
@@ -43,6 +45,7 @@ from scheduler_core.store import (
     TaskRepository,
 )
 from scheduler_core.store.retention import PruneResult
+from scheduler_core.store.users import AuditRepository
 from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
 TRIGGER_POLL_S = 0.2
@@ -254,6 +257,17 @@ class Scheduler:
         """``state`` (ok / paused / disabled / blocked), ``blocked_by``, ``skipped_since``,
         ``last_outcome``."""
         return self.task_ops.state(task_id)
+
+    def backfill(self, task_id: str, start_ms: int, end_ms: int, *, by: str | None = None,
+                 reason: str | None = None, dry_run: bool = False) -> BackfillResult:
+        """Run the task's past cron occurrences from ``start_ms`` through ``end_ms`` (DB clock, before
+        the current minute), each once, one at a time in minute order (``runtime/backfill.py``)."""
+        return backfill(self.context(), task_id, start_ms, end_ms, by=by, reason=reason, dry_run=dry_run)
+
+    def describe(self, task_id: str) -> ScheduleDescription:
+        """The task's schedule described: next fire times, last runs, the counters of what did not
+        run (``runtime/schedule_description.py``)."""
+        return describe(self.task_ops, AuditRepository(self._engine), task_id)
 
     def refresh_tasks(self) -> tuple[TaskDefinition, ...]:
         """Re-read stored definitions; concurrent calls share one read."""

@@ -11,7 +11,7 @@ application, one transaction per task, each a compare-and-set on the ``updated_a
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -99,6 +99,13 @@ def _changed_fields(stored: TaskDefinition, wanted: TaskDefinition) -> tuple[str
     return tuple(name for name in UPDATABLE_FIELDS if getattr(stored, name) != getattr(wanted, name))
 
 
+def _spent(stored: TaskDefinition, wanted: TaskDefinition) -> bool:
+    """``stored`` disabled itself on reaching its ``max_runs`` and the file names the same limit:
+    it stays disabled (a file that changes ``max_runs`` enables it with a new count; so does an
+    operator). docs/semantics.md S10."""
+    return stored.limit_reached_at is not None and not stored.enabled and wanted.max_runs == stored.max_runs
+
+
 def plan(scheduler: Scheduler, task_file: TaskFile, source: str, prune: bool) -> Plan:
     """What applying ``task_file`` as ``source`` would change. Reads; changes nothing."""
     stored = {task.id: task for task in scheduler.refresh_tasks()}
@@ -106,6 +113,8 @@ def plan(scheduler: Scheduler, task_file: TaskFile, source: str, prune: bool) ->
     steps = []
     for wanted in task_file.tasks:
         current = stored.get(wanted.id)
+        if current is not None and _spent(current, wanted):  # a file applied again grants no new runs
+            wanted = replace(wanted, enabled=False)
         if current is None:
             steps.append(Step(Change.CREATE, wanted.id, wanted, None))
         elif current.same_definition(wanted):

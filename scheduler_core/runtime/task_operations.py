@@ -14,15 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scheduler_core.cron import describe, dst_note, upcoming, validate_cron, validate_timezone
+from scheduler_core.cron import describe, dst_note, validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError, ConflictError, TaskNotFoundError
 from scheduler_core.model import Execution, TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.execution_operations import REASON_MAX, check_cursor
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.journal_queries import JournalQueries, RunCell
-from scheduler_core.store.task_queries import NEVER_RUN, StoredTask, TaskFilter, TaskQueries
-from scheduler_core.task_policies import Pause
+from scheduler_core.store.task_queries import NEVER_RUN, ScheduleCounts, StoredTask, TaskFilter, TaskQueries
+from scheduler_core.task_policies import Calendar, Pause
 from scheduler_core.validation import (
     ID_MAX,
     PAGE_LIMIT,
@@ -115,8 +115,9 @@ class CronPreview:
     cron: str  # normalised
     timezone: str
     description: str
-    runs: list[int]  # the next fire minutes, UTC ms
+    runs: list[int]  # the next fire minutes, UTC ms (the calendar applied, when one was given)
     notes: list[str | None]  # per run: how the DST rule placed it (cron.dst_note), None when no transition did
+    calendar: Calendar | None = None  # the active window and exclusions the runs were read through
 
 
 def parse_search(query: str | None) -> TaskFilter:
@@ -270,21 +271,26 @@ class TaskOperations:
             return []
         return task.upcoming(self.now_ms(), count)
 
+    def schedule_counts(self, task_id: str) -> ScheduleCounts:
+        """What the journal holds of the task's occurrences that did not run (``TaskQueries``)."""
+        return self._queries().schedule_counts(task_id)
+
     def live_groups(self) -> list[str]:
         """The node groups live nodes serve (a heartbeat within three intervals): the form's suggestions."""
         ctx = self._context()
         _, alive = ctx.nodes.alive(3 * ctx.config.heartbeat_interval_ms)
         return sorted({group for node in alive for group in node.groups})
 
-    def preview(self, cron: str, timezone: str | None) -> CronPreview:
-        """What a schedule being typed means: its description and next run times.
+    def preview(self, cron: str, timezone: str | None, calendar: Calendar | None = None) -> CronPreview:
+        """What a schedule being typed means: its description and next run times (through
+        ``calendar``'s window and exclusions, when one is given).
 
         Raises InvalidCronError (cron) or ConfigError("timezone") like registering would.
         """
         expr = validate_cron(cron)
         zone = validate_timezone(timezone)
-        runs = upcoming(expr, zone, self.now_ms(), PREVIEW_RUNS)
-        return CronPreview(expr, zone, describe(expr), runs, [dst_note(expr, zone, ms) for ms in runs])
+        runs = (calendar or Calendar()).upcoming(expr, zone, self.now_ms(), PREVIEW_RUNS)
+        return CronPreview(expr, zone, describe(expr), runs, [dst_note(expr, zone, ms) for ms in runs], calendar)
 
     def state(self, task_id: str) -> TaskState:
         """``ok``, ``paused``, ``disabled`` or ``blocked`` (with what blocks it and what it cost)."""

@@ -52,6 +52,7 @@ class Probe:
     last_gap_from: int  # the latest gap in the cluster's ticks (the node that found it records it)
     last_gap_to: int
     clock_jump_latest: int | None = None  # clock_jump_at of the newest database clock jump a node saw
+    paused_latest: int | None = None  # paused_at of the newest pause (index (paused_at, id))
 
 
 @dataclass(frozen=True)
@@ -119,12 +120,13 @@ class AlertRepository:
             select(func.min(x.created_at)).where(x.status == ExecutionStatus.RUNNING).scalar_subquery(),
             select(func.min(nodes.c.last_seen_at)).where(nodes.c.stopped_at.is_(None)).scalar_subquery(),
             _meta(LAST_GAP_FROM), _meta(LAST_GAP_TO),
-            select(func.max(nodes.c.clock_jump_at)).scalar_subquery())  # a few rows: one per node
+            select(func.max(nodes.c.clock_jump_at)).scalar_subquery(),  # a few rows: one per node
+            select(func.max(tasks.c.paused_at)).scalar_subquery())
         row = line.one(query) if line is not None else read(self.engine, lambda conn: conn.execute(query).one())
         v = [optional_ms(value, "probe") for value in row]
         return Probe(now_ms=v[0] or 0, journal_latest=v[1], dead_latest=v[2], oldest_pending_log=v[3],
                      oldest_unknown=v[4], oldest_running=v[5], oldest_heartbeat=v[6], last_gap_from=v[7] or 0,
-                     last_gap_to=v[8] or 0, clock_jump_latest=v[9])
+                     last_gap_to=v[8] or 0, clock_jump_latest=v[9], paused_latest=v[10])
 
     def cluster_clock(self) -> tuple[int, int]:
         """One statement: the DB clock and the cluster's watermark, the last minute some node
@@ -177,6 +179,16 @@ class AlertRepository:
         n = nodes.c
         query = select(nodes).where(n.clock_jump_at >= after[0], tuple_(n.clock_jump_at, n.node_id) > tuple_(
             literal(after[0]), literal(after[1]))).order_by(n.clock_jump_at, n.node_id).limit(limit)
+        return read(self.engine, lambda conn: list(conn.execute(query)))
+
+    def paused_tasks(self, after: tuple[int, str], limit: int) -> list[Row[Any]]:
+        """Tasks paused (and not resumed since) after the keyset position ``(paused_at, id)``,
+        oldest first (index ``(paused_at, id)``)."""
+        t = tasks.c
+        query = (select(t.id, t.name, t.node_group, t.paused_at, t.paused_until, t.paused_by, t.paused_reason)
+                 .where(t.paused_at >= after[0], tuple_(t.paused_at, t.id) > tuple_(literal(after[0]),
+                                                                                   literal(after[1])))
+                 .order_by(t.paused_at, t.id).limit(limit))
         return read(self.engine, lambda conn: list(conn.execute(query)))
 
     def lost_nodes(self, older_than: int) -> list[Row[Any]]:

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 from scheduler_core.db.clock import db_now_ms
 from scheduler_core.db.tables import executions, slots
 from scheduler_core.model import Attempt, Execution
-from scheduler_core.statuses import ExecutionStatus, LogPersistenceStatus, Resolution
+from scheduler_core.statuses import SCHEDULED_TRIGGERS, ExecutionStatus, LogPersistenceStatus, Resolution
 from scheduler_core.store import journal
 from scheduler_core.store.journal import (
     SLOT_RETRY_PAUSES_S,
@@ -209,3 +209,14 @@ class ExecutionRepository:
     def count_by_status(self) -> dict[str, int]:
         query = select(executions.c.status, func.count()).group_by(executions.c.status)
         return {status: int(n) for status, n in read(self.engine, lambda conn: conn.execute(query).all())}
+
+    def last_outcomes(self, task_id: str, revision: int, count: int) -> list[ExecutionStatus]:
+        """The statuses of the task's last ``count`` scheduled runs (cron, catch-up) of definition
+        ``revision`` that ended ``success`` or ``failed``, newest first, by when they were journaled
+        (its task index)."""
+        query = (select(executions.c.status)
+                 .where(executions.c.task_id == task_id, executions.c.task_revision == revision,
+                        executions.c.trigger.in_(SCHEDULED_TRIGGERS),
+                        executions.c.status.in_([ExecutionStatus.SUCCESS, ExecutionStatus.FAILED]))
+                 .order_by(executions.c.created_at.desc(), executions.c.occurrence_id.desc()).limit(count))
+        return [ExecutionStatus(s) for s in read(self.engine, lambda conn: conn.execute(query).scalars().all())]

@@ -4,20 +4,23 @@ write is one transaction around a transition of ``store/journal/handoff.py``."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 from sqlalchemy import select
 
-from scheduler_core.db.tables import executions
+from scheduler_core.db.clock import db_now_ms
+from scheduler_core.db.tables import audit_log, executions
 from scheduler_core.model import Execution
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store import journal
 from scheduler_core.store.executions import ExecutionRepository
-from scheduler_core.store.journal import ClaimRequest, ClaimResult, Missed, execution_from_row
+from scheduler_core.store.journal import Backfilled, ClaimRequest, ClaimResult, Missed, execution_from_row
 from scheduler_core.store.transactions import read, write
 
-__all__ = ["INSERT_CHUNK", "HandoffRepository", "Missed"]
+__all__ = ["INSERT_CHUNK", "Backfilled", "HandoffRepository", "Missed"]
 
 INSERT_CHUNK = 500  # rows per insert transaction
 
@@ -34,6 +37,27 @@ class HandoffRepository:
         """Journal occurrences as ``queued`` (``journal.enqueue``), ``INSERT_CHUNK`` a transaction."""
         for start in range(0, len(requests), INSERT_CHUNK):
             write(self.engine, partial(journal.enqueue, requests=requests[start:start + INSERT_CHUNK]))
+
+    def backfill(self, requests: Sequence[ClaimRequest], actor: str, target: str, after: dict[str, Any],
+                 reason: str | None) -> Backfilled:
+        """Queue an operator's backfill (``journal.backfill``) and its audit line (``task.backfill``,
+        ``after`` with what it did added), in one transaction: both or neither."""
+        def work(conn: Any) -> Backfilled:
+            done = journal.backfill(conn, requests)
+            conn.execute(audit_log.insert().values(
+                id=str(uuid.uuid4()), at=db_now_ms(), actor=actor, action="task.backfill", target=target, before=None,
+                after={**after, "queued": len(done.new) + len(done.again), "new": len(done.new),
+                       "again": len(done.again), "already": len(done.already)}, reason=reason))
+            return done
+        return write(self.engine, work)
+
+    def journaled(self, occurrence_ids: Sequence[str]) -> dict[str, tuple[ExecutionStatus, bool]]:
+        """The status of each of ``occurrence_ids`` journaled, and whether its row is a summary of
+        several missed minutes (a backfill's dry run; by primary key, a thousand at most)."""
+        x = executions.c
+        query = select(x.occurrence_id, x.status, x.missed_until).where(x.occurrence_id.in_(list(occurrence_ids)))
+        rows = read(self.engine, lambda conn: conn.execute(query).all()) if occurrence_ids else []
+        return {r.occurrence_id: (ExecutionStatus(r.status), r.missed_until is not None) for r in rows}
 
     def queued(self, limit: int) -> list[Execution]:
         """The oldest queued rows, by (created_at, occurrence_id) on the status index; catch-up runs

@@ -162,3 +162,43 @@ class TaskQueries:
             executions.c.task_id == task_id, executions.c.created_at >= since_ms,
             executions.c.status == ExecutionStatus.SKIPPED)
         return int(read(self.engine, lambda conn: conn.execute(query).scalar_one()))
+
+    def schedule_counts(self, task_id: str) -> ScheduleCounts:
+        """What the journal holds of the task's occurrences that did not run: missed minutes (a
+        summary row counts the minutes it stands for), skipped ones by reason, and those waiting
+        for its slot now -- with the oldest row the journal still holds (its task index)."""
+        c = executions.c
+        by_kind = (select(c.status, c.reason, func.count(), func.sum(func.coalesce(c.missed_count, 1)))
+                   .where(c.task_id == task_id,
+                          c.status.in_([ExecutionStatus.MISSED, ExecutionStatus.SKIPPED, ExecutionStatus.QUEUED]))
+                   .group_by(c.status, c.reason))
+        oldest = select(func.min(c.created_at)).where(c.task_id == task_id)
+
+        def work(conn: Connection) -> ScheduleCounts:
+            counts: dict[tuple[str, str | None], int] = {}
+            missed = 0
+            for status, reason, rows, minutes in conn.execute(by_kind):
+                counts[(status, reason)] = int(rows)
+                if status == ExecutionStatus.MISSED:
+                    missed += int(minutes or 0)
+            first = conn.execute(oldest).scalar_one()
+            return ScheduleCounts(
+                missed=missed, skipped_by_overlap=counts.get((ExecutionStatus.SKIPPED, "slot_busy"), 0),
+                dropped_from_buffer=counts.get((ExecutionStatus.SKIPPED, "buffer_full"), 0),
+                skipped_by_run_limit=counts.get((ExecutionStatus.SKIPPED, "max_runs"), 0),
+                waiting=sum(n for (status, _), n in counts.items() if status == ExecutionStatus.QUEUED),
+                since_ms=None if first is None else int(first))
+
+        return read(self.engine, work)
+
+
+@dataclass(frozen=True)
+class ScheduleCounts:
+    """Counts over the journal's retention (``since_ms``: its oldest row of the task; None: none)."""
+
+    missed: int  # minutes no node ran
+    skipped_by_overlap: int  # skipped: the slot was held (slot_busy)
+    dropped_from_buffer: int  # skipped: as many as the overlap policy allows were waiting (buffer_full)
+    skipped_by_run_limit: int  # skipped: its max_runs was spent (max_runs)
+    waiting: int  # queued now: buffered, catch-up or handed-over runs
+    since_ms: int | None

@@ -62,7 +62,9 @@ def task_from_row(row: Row[Any] | Mapping[str, Any]) -> TaskDefinition:
         return validate_task(TaskDefinition(
             **declared, revision=to_ms(data["revision"], "revision"),
             created_at=to_ms(data["created_at"], "created_at"),
-            updated_at=to_ms(data["updated_at"], "updated_at"), paused=_pause_from(data)), stored=True)
+            updated_at=to_ms(data["updated_at"], "updated_at"), paused=_pause_from(data),
+            runs_counted=to_ms(data["runs_counted"], "runs_counted"),
+            limit_reached_at=optional_ms(data["limit_reached_at"], "limit_reached_at")), stored=True)
     except (SchedulerError, ValueError, TypeError, KeyError) as exc:
         raise InvalidStoredValueError(f"stored task {data.get('id')!r} is unreadable: {exc}",
                                       task_id=data.get("id")) from exc
@@ -229,9 +231,14 @@ class TaskRepository:
 
         Changes every declared column, ``revision`` (+1) and ``updated_at`` (monotonic).
         Returns the stored task, or None when the task is gone or its revision moved on.
+        Enabling a task that disabled itself on reaching its ``max_runs`` starts a new count.
         """
 
         def work(conn: Connection) -> TaskDefinition | None:
+            if task.enabled:  # first: MySQL would read the cleared marker in one UPDATE's later SET
+                conn.execute(update(tasks).where(tasks.c.id == task.id, tasks.c.revision == expected_revision,
+                                                 tasks.c.limit_reached_at.is_not(None))
+                             .values(runs_counted=0, limit_reached_at=None))
             changed = conn.execute(
                 update(tasks)
                 .where(tasks.c.id == task.id, tasks.c.revision == expected_revision)
@@ -298,5 +305,10 @@ class TaskRepository:
 
     @staticmethod
     def _bump_version(conn: Connection) -> None:
-        conn.execute(update(scheduler_meta).where(scheduler_meta.c.name == TASKS_VERSION)
-                     .values(value=scheduler_meta.c.value + 1))
+        bump_tasks_version(conn)
+
+
+def bump_tasks_version(conn: Connection) -> None:
+    """Some task changed, in ``conn``'s transaction: every node reloads the definitions."""
+    conn.execute(update(scheduler_meta).where(scheduler_meta.c.name == TASKS_VERSION)
+                 .values(value=scheduler_meta.c.value + 1))

@@ -2,7 +2,7 @@
 
 - ``write``: one write transaction, run again after lock contention -- deadlocks and lock
   wait timeouts (``is_retryable``). Nothing else is retried: a failed COMMIT may have
-  committed.
+  committed. On a Galera node the budget is larger and the waits grow (``retry_wait``).
 - ``read``: one read-only transaction (SQLite: no write lock taken).
 - ``HeldConnection``: a connection kept checked out between uses (a flusher's, writing batch
   after batch); ``AutocommitLine``: single-statement reads in autocommit mode on one (the tick's).
@@ -32,6 +32,13 @@ T = TypeVar("T")
 _MYSQL_RETRYABLE = {1213, 1205}  # deadlock, lock wait timeout
 _PG_RETRYABLE = {"40P01", "40001"}  # deadlock detected, serialization failure
 WRITE_ATTEMPTS = 4
+# A Galera node learns of a conflicting write made through another node only at COMMIT
+# (certification, 1213): two writers that keep touching the same rows -- two senders claiming the
+# oldest due messages, two nodes adding to one counter -- can lose several times in a row, each
+# loss costing the whole transaction. More attempts, and waits that double (up to half a second)
+# with full jitter so that the two stop meeting: about 2.5 s at most before the error is raised.
+GALERA_WRITE_ATTEMPTS = 10
+_GALERA_WAIT_CAP_S = 0.5
 # Event.wait rather than time.sleep: the same relative wait, and it also behaves under
 # libfaketime, which the clock-skew tests use (time.sleep's absolute-deadline nanosleep does not).
 _pause = threading.Event().wait
@@ -51,28 +58,49 @@ def is_retryable(exc: BaseException) -> bool:
     return "database is locked" in str(orig)
 
 
-def write(bind: Engine | Connection, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS) -> T:
-    """Run ``work`` in one write transaction; rerun it after a deadlock or lock timeout.
+def write(bind: Engine | Connection, work: Callable[[Connection], T], attempts: int | None = None) -> T:
+    """Run ``work`` in one write transaction; rerun it after a deadlock or lock timeout (or a
+    Galera certification failure): ``attempts`` in all, by default ``WRITE_ATTEMPTS``, or
+    ``GALERA_WRITE_ATTEMPTS`` on a Galera node.
 
     ``bind`` is the engine (a pooled connection per transaction) or a connection its caller
     keeps between transactions (a flusher's ``HeldConnection``). Database failures surface as
     :class:`DatabaseError` (``hai:reldb:002``) with the driver error as its cause; errors
     raised by ``work`` itself pass through unchanged.
     """
-    for attempt in range(1, attempts + 1):
+    attempt = 0
+    while True:
+        attempt += 1
+        galera = False
         try:
             if isinstance(bind, Connection):
+                galera = on_galera(bind)
                 with bind.begin():
                     return work(bind)
             with bind.begin() as conn:
+                galera = on_galera(conn)
                 return work(conn)
         except DBAPIError as exc:
-            if attempt == attempts or not is_retryable(exc):
+            budget = attempts if attempts is not None else GALERA_WRITE_ATTEMPTS if galera else WRITE_ATTEMPTS
+            if attempt >= budget or not is_retryable(exc):
                 raise _database_error("write", exc) from exc
-            _pause(random.uniform(0.005, 0.05) * attempt)
+            _pause(retry_wait(attempt, galera))
         except SQLAlchemyError as exc:
             raise _database_error("write", exc) from exc
-    raise AssertionError("unreachable")
+
+
+def on_galera(conn: Connection) -> bool:
+    """Whether ``conn`` is a session on a Galera node (found when it connected, db/galera.py)."""
+    return bool(conn.info.get("galera"))
+
+
+def retry_wait(attempt: int, galera: bool) -> float:
+    """Seconds to wait before running a write again after its ``attempt``-th loss: on one server
+    5-50 ms times the attempt; on Galera a full-jitter wait under 10 ms doubled per attempt,
+    at most ``_GALERA_WAIT_CAP_S``."""
+    if galera:
+        return random.uniform(0.0, min(_GALERA_WAIT_CAP_S, 0.01 * 2 ** attempt))
+    return random.uniform(0.005, 0.05) * attempt
 
 
 def read(engine: Engine, work: Callable[[Connection], T]) -> T:

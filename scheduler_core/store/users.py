@@ -174,6 +174,12 @@ class AuditRepository:
             reason=reason)))
         return entry_id
 
+    def count(self, actor: str, action: str, target: str) -> int:
+        """How many entries of ``actor`` doing ``action`` to ``target`` the trail holds."""
+        query = select(func.count()).select_from(audit_log).where(
+            audit_log.c.actor == actor, audit_log.c.action == action, audit_log.c.target == target)
+        return int(read(self.engine, lambda c: c.execute(query).scalar_one()))
+
     def list(self, actor: str | None = None, action: str | None = None, limit: int = 50,
              offset: int = 0) -> list[AuditEntry]:
         query = select(audit_log)

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.reach import Reach
+from scheduler_core.store.transactions import write
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.galera.cluster import GaleraCluster
 from tests.helpers.fault_cluster import recording_hooks
@@ -155,3 +157,36 @@ def test_a_resolution_raced_on_two_galera_nodes_is_won_once(pair: tuple[Schedule
         winners = [r for r in results if not isinstance(r, Exception)]
         assert len(winners) == 1 and final.status == winners[0].status, (results, final)
     print(f"[galera] raced resolutions: {dict(outcomes)}")
+
+
+def test_a_write_that_loses_certification_again_and_again_is_run_until_it_wins(galera: GaleraCluster,
+                                                                               tmp_path: Path) -> None:
+    """A write through one Galera node whose rows another node's commit keeps changing under it
+    (certification, 1213, at each of its first six COMMITs) is run again until it commits: two
+    senders claiming the same oldest messages, or two nodes adding to one counter, lose in a row
+    like this, and four attempts were not enough (a delivery round failed in CI)."""
+    database = f"cert_{tmp_path.name[-12:].replace('-', '_')}"
+    with galera.connect(0) as raw, raw.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {database}")
+        cursor.execute(f"CREATE TABLE {database}.counter (id INT PRIMARY KEY, n INT NOT NULL)")
+        cursor.execute(f"INSERT INTO {database}.counter VALUES (1, 0)")
+    engine = create_engine(galera.url(1, database))
+    other = galera.connect(0, database)
+    tries: list[int] = []
+
+    def work(conn: Any) -> int:
+        tries.append(1)
+        conn.execute(text("UPDATE counter SET n = n + 1 WHERE id = 1"))
+        if len(tries) <= 6:  # the other node changes the same row and commits first
+            with other.cursor() as cursor:
+                cursor.execute("UPDATE counter SET n = n + 100 WHERE id = 1")
+        return len(tries)
+
+    try:
+        assert write(engine, work) == 7
+        with other.cursor() as cursor:
+            cursor.execute("SELECT n FROM counter WHERE id = 1")
+            assert cursor.fetchone()[0] == 601  # six of the other's, one of ours
+    finally:
+        other.close()
+        close_engine(engine)

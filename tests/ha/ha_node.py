@@ -21,13 +21,13 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import asdict
 from typing import Any
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.process_stop import stop_on_signals, wait_for_stop
 from scheduler_core.testing import set_clock_offset_from_env
 from tests.helpers.oracle import Effect, append_event
 
@@ -56,11 +56,10 @@ def main() -> None:
                                                   max_concurrency=concurrency),
                           hooks={"on_task_execute": execute})
     scheduler.init()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = stop_on_signals((signal.SIGTERM,))
     scheduler.start()
     append_event(events, {"kind": "ready", "node": node_id, "pid": os.getpid(), "at": time.time()})
-    stop.wait(options.get("max_seconds", 1800))
+    wait_for_stop(stop, options.get("max_seconds", 1800))
     scheduler.close()
     engine.dispose()
     append_event(events, {"kind": "stopped", "node": node_id, "pid": os.getpid(), "at": time.time()})

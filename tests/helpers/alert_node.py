@@ -22,6 +22,7 @@ from sqlalchemy import event
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.process_stop import stop_on_signals, wait_for_stop
 from scheduler_core.reach import Reach
 from scheduler_core.testing import set_clock_offset_from_env
 
@@ -56,11 +57,10 @@ def main() -> None:
     reach = Reach(engine, config, node_id=node_id, public_url="https://scheduler.example")
     reach.init()
     reach.attach(scheduler)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = stop_on_signals((signal.SIGTERM,))
     scheduler.start()
     print("ready", flush=True)
-    stop.wait(120)
+    wait_for_stop(stop, 120)
     reach.close()
     scheduler.close()
     engine.dispose()

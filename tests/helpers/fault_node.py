@@ -65,6 +65,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.process_stop import stop_on_signals, wait_for_stop
 from scheduler_core.testing import set_clock_offset_from_env
 from tests.helpers.oracle import Effect, append_event, record_effect
 
@@ -302,11 +303,10 @@ def main() -> None:
                                                   max_concurrency=concurrency),
                           hooks={"on_task_execute": execute, "on_task_finish": returned, "on_task_error": returned})
     scheduler.init()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = stop_on_signals((signal.SIGTERM,))
     scheduler.start()
     append_event(events, {"kind": "ready", "node": node_id, "pid": os.getpid()})
-    stop.wait(options.get("max_seconds", 120))
+    wait_for_stop(stop, options.get("max_seconds", 120))
     # A close that takes this long is a finding: every thread's stack goes to stderr, which
     # stop_nodes() prints when the node does not stop (it waits 60 s).
     faulthandler.dump_traceback_later(40)

@@ -12,10 +12,10 @@ import logging
 import os
 import signal
 import sys
-import threading
 
 from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.db import create_engine
+from scheduler_core.process_stop import stop_on_signals, wait_for_stop
 from scheduler_core.reach import Reach
 from scheduler_core.testing import set_clock_offset_from_env
 
@@ -29,12 +29,11 @@ def main(url: str, node_id: str, ready_file: str, config_json: str) -> None:
     reach = Reach(engine, json.loads(config_json), node_id=node_id)
     reach.init()
     reach.attach(scheduler)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = stop_on_signals((signal.SIGTERM,))
     scheduler.start()
     with open(ready_file, "a") as out:
         out.write(f"ready {node_id} {os.getpid()}\n")
-    stop.wait(300)
+    wait_for_stop(stop, 300)
     scheduler.close()
     reach.close()
     engine.dispose()

@@ -25,6 +25,8 @@ from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.http_server import RecordingServer
 
 MakeNode = Callable[..., Scheduler]
+# The tasks these tests trigger are disabled (a trigger runs a disabled task): a test running at 03:00
+# UTC met its task's own cron run in the slot, and its trigger was skipped.
 PUBLIC = "https://scheduler.example"
 
 
@@ -85,7 +87,7 @@ def test_an_unknown_execution_alerts_once_with_its_occurrence_and_link(make_node
     node = make_node()
     reach = attach(engine, node, reach_config(receiver))
     with RecordingServer() as hanging:
-        node.register(TaskDefinition(id="export", name="Nightly export", cron="0 3 * * *", handler={
+        node.register(TaskDefinition(id="export", name="Nightly export", cron="0 3 * * *", enabled=False, handler={
             "kind": "api", "url": hanging.url("/slow/30"), "timeout": 500}))  # sent, then no answer: unknown
         node.start()
         log = node.trigger("export")
@@ -106,7 +108,7 @@ def test_repeats_within_the_throttle_are_folded_into_the_next_alert(make_node: M
                                                                      receiver: RecordingServer) -> None:
     node = make_node(hooks={"on_task_execute": lambda event: 1 / 0})  # fails every time (not idempotent: final)
     attach(engine, node, reach_config(receiver, throttle_ms=3_600_000))
-    node.register(TaskDefinition(id="flaky", name="Flaky", cron="0 3 * * *"))
+    node.register(TaskDefinition(id="flaky", name="Flaky", cron="0 3 * * *", enabled=False))
     node.start()
     for _ in range(3):
         assert node.trigger("flaky").status == "failed"
@@ -130,7 +132,7 @@ def test_do_not_disturb_holds_a_normal_rule_and_not_an_urgent_one(make_node: Mak
                         {**config["alerts"][0], "name": "urgent", "bypass_dnd": True}]
     node = make_node(hooks={"on_task_execute": lambda event: 1 / 0})
     reach = attach(engine, node, config)
-    node.register(TaskDefinition(id="billing", name="Billing", cron="0 3 * * *"))
+    node.register(TaskDefinition(id="billing", name="Billing", cron="0 3 * * *", enabled=False))
     node.start()
     assert node.trigger("billing").status == "failed"
     wait_until(lambda: alerts_sent(receiver), "the urgent alert")

@@ -89,6 +89,7 @@ def _resume(api: Api) -> Request:
 REQUESTS: dict[str, Callable[[Api], Request]] = {
     "list_tasks": lambda api: ("/api/v1/tasks?q=walk&limit=10", None),
     "get_task": lambda api: ("/api/v1/tasks/walk", None),
+    "describe_task": lambda api: ("/api/v1/schedules/walk", None),
     "create_task": lambda api: ("/api/v1/tasks", {"id": f"new-{uuid.uuid4().hex[:8]}", "name": "New",
                                                   "cron": "*/5 * * * *", "handler": {"kind": "hook"}}),
     "update_task": lambda api: ("/api/v1/tasks/walk", {"expected_updated_at": _version(api),

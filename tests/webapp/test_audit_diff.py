@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 
 from scheduler_core import TaskDefinition
 from scheduler_core.errors import ConfigError
-from scheduler_core.model import PARAMS_MAX_BYTES
+from scheduler_core.validation import PARAMS_MAX_BYTES
 from tests.webapp.conftest import Auth
 from tests.webapp.test_tasks import API_FORM, SECRETS, _form_values, _post
 from webapp.audit import audit_changes

@@ -134,6 +134,11 @@ def test_a_standalone_node_reads_the_test_clock_offset_as_the_dashboard_does(tmp
         assert seen[0].last_seen_at - time.time() * 1000 > 23 * 3_600_000, seen
     finally:
         close_engine(engine)
+        # stopped, then resumed to be stopped (as a supervisor does): the SIGTERM may land on
+        # another thread than the main one (scheduler_core/process_stop.py), and still stops it
+        node.send_signal(signal.SIGSTOP)
+        time.sleep(0.1)
+        node.send_signal(signal.SIGCONT)
         node.send_signal(signal.SIGTERM)
         _, err = node.communicate(timeout=60)
     assert node.returncode == 0, err[-3000:]

@@ -32,8 +32,9 @@ ADMIN = ("notifications.new_template", "notifications.create_template", "notific
          "users.reset_password", "alerts.new_rule", "alerts.create_rule", "alerts.edit_rule", "alerts.update_rule",
          "alerts.delete_rule", "alerts.test_rule")
 # The JSON API (/api/v1, bearer tokens): reads need a token of any role, so "viewer" is named.
-API_VIEWER = ("api.list_tasks", "api.get_task", "api.list_executions", "api.get_execution", "api.list_logs",
-              "api.list_log_failures", "api.list_dead", "api.list_unknown_deliveries", "api.list_nodes", "api.health")
+API_VIEWER = ("api.list_tasks", "api.get_task", "api.describe_task", "api.list_executions", "api.get_execution",
+              "api.list_logs", "api.list_log_failures", "api.list_dead", "api.list_unknown_deliveries",
+              "api.list_nodes", "api.health")
 API_OPERATOR = ("api.pause_task", "api.resume_task", "api.trigger_task", "api.resolve_execution", "api.repair_log",
                 "api.repair_all_logs", "api.requeue_dead", "api.resolve_delivery")
 API_ADMIN = ("api.create_task", "api.update_task", "api.delete_task", "user_tokens.create", "user_tokens.revoke",

@@ -98,6 +98,8 @@ def _typed(entry: dict[str, Any], name: str) -> dict[str, str]:
                       retry_backoff=", ".join(str(ms) for ms in value["backoff_ms"]))
     elif widget is Widget.CATCHUP:
         fields.update(catchup_policy=str(value["policy"]), catchup_window_ms=str(value["window_ms"]))
+    elif widget is Widget.OVERLAP:
+        fields.update(overlap_policy=str(value["policy"]), overlap_buffer_limit=str(value["buffer_limit"]))
     elif widget is Widget.CALENDAR:  # the window's ends typed as wall times in the task's zone
         zone = ZoneInfo(entry.get("timezone") or "UTC")
         fields.update({key: "" if value[part] is None else
@@ -107,7 +109,7 @@ def _typed(entry: dict[str, Any], name: str) -> dict[str, str]:
     return fields
 
 
-_POLICIES = (Widget.RETRY, Widget.CATCHUP, Widget.CALENDAR)
+_POLICIES = (Widget.RETRY, Widget.CATCHUP, Widget.OVERLAP, Widget.CALENDAR)
 
 
 def _form_error(page: str, form_name: str) -> str:

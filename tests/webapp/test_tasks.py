@@ -223,6 +223,25 @@ def test_cron_preview_fragment(app: Flask, client: FlaskClient, auth: Auth) -> N
     assert "Type a schedule" in empty
 
 
+def test_cron_preview_reads_the_calendar_typed_beside_it(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    """The form's live preview shows the times the saved task would run at: its calendar applied
+    (weekends and a holiday excluded, a window), and says so; a calendar with an error is left out."""
+    _login_as(app, auth, "viewer")
+    swap = {"HX-Request": "true"}
+    query = {"cron": "0 9 * * *", "timezone": "Europe/Berlin", "calendar_exclude": "* * * * 6,0\n2027-03-03",
+             "calendar_from": "2027-03-01T00:00", "calendar_until": "2027-03-10T00:00"}
+    shown = _text(client.get("/tasks/cron-preview", query_string=query, headers=swap))
+    days = re.findall(r"<li>2027-03-([0-9]{2}) 09:00", shown)
+    assert days == ["01", "02", "04", "05", "08"], shown  # Mon, Tue, (Wed 3 excluded) Thu, Fri, (weekend) Mon
+    assert "within its active window and exclusions" in shown
+    broken = _text(client.get("/tasks/cron-preview", query_string={**query, "calendar_exclude": "not a date"},
+                              headers=swap))
+    assert "The calendar below has an error" in broken and broken.count("<li>") == 5
+    none = _text(client.get("/tasks/cron-preview", query_string={**query, "calendar_until": "2027-03-01T00:01"},
+                            headers=swap))
+    assert "No run" in none and "<li>" not in none
+
+
 # --- create / edit ----------------------------------------------------------------------------
 
 

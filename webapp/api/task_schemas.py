@@ -17,12 +17,15 @@ from scheduler_core.model import DECLARED
 from scheduler_core.runtime.task_operations import MAX_QUERY
 from scheduler_core.task_policies import (
     BACKOFF_MAX_MS,
+    BUFFER_LIMIT_RANGE,
     CATCHUP_WINDOW_MAX_MS,
     EXCLUDE_MAX,
     MAX_ATTEMPTS_RANGE,
     Calendar,
     CatchupMode,
     CatchupPolicy,
+    OverlapMode,
+    OverlapPolicy,
     RetryPolicy,
 )
 from scheduler_core.task_schema import DeclaredField, Widget
@@ -38,8 +41,8 @@ def _bounds(low: int, high: int) -> dict[str, int]:
     return {"minimum": low, "maximum": high}
 
 
-# RetryIn and CatchupIn are checked by the core's policies themselves (their model validators), so
-# the API refuses a value with the form's and the task file's words and field.
+# RetryIn, CatchupIn, OverlapIn and CalendarIn are checked by the core's policies themselves (their
+# model validators), so the API refuses a value with the form's and the task file's words and field.
 class RetryIn(Strict):
     """How often a failing idempotent task is tried, and how long to wait in between."""
 
@@ -69,6 +72,22 @@ class CatchupIn(Strict):
         return self
 
 
+class OverlapIn(Strict):
+    """What a cron occurrence does while the task's previous run still holds its slot."""
+
+    policy: values_literal(OverlapMode) = Field(  # type: ignore[valid-type]
+        default="skip", description="skip; buffer_one; buffer_all (up to buffer_limit wait); cancel_other; "
+                                    "terminate_other (python, js and command handlers)")
+    buffer_limit: Annotated[int, Field(json_schema_extra=_bounds(*BUFFER_LIMIT_RANGE),
+                                       description="buffer_all: most occurrences waiting at once"), Whole] = (
+        OverlapPolicy().buffer_limit)
+
+    @model_validator(mode="after")
+    def _policy(self) -> OverlapIn:
+        OverlapPolicy(self.policy, self.buffer_limit)  # ConfigError naming overlap.<field>
+        return self
+
+
 class CalendarIn(Strict):
     """When the schedule may fire at all: an active window and excluded dates or minutes."""
 
@@ -88,10 +107,13 @@ def _input_type(declared: DeclaredField) -> Any:
     """The JSON type a request gives a task field, from how the field is declared."""
     spec = declared.spec
     longest = spec.max_length or 100_000
-    return {Widget.ID: PathId, Widget.LINE: text(longest, single_line=True), Widget.TEXT: text(longest),
+    types: dict[Widget, Any] = {
+            Widget.ID: PathId, Widget.LINE: text(longest, single_line=True), Widget.TEXT: text(longest),
             Widget.CHECK: bool, Widget.CRON: Text, Widget.ZONE: Text, Widget.GROUP: Group,
             Widget.JSON: dict[str, Any], Widget.RETRY: RetryIn, Widget.CATCHUP: CatchupIn,
-            Widget.CALENDAR: CalendarIn, Widget.HANDLER: dict[str, Any]}[spec.widget]
+            Widget.OVERLAP: OverlapIn, Widget.CALENDAR: CalendarIn, Widget.HANDLER: dict[str, Any],
+            Widget.COUNT: Annotated[int, Field(json_schema_extra={"minimum": 1, "maximum": longest}), Whole]}
+    return types[spec.widget]
 
 
 def _described(declared: DeclaredField, **more: Any) -> Any:
@@ -173,6 +195,11 @@ class CatchupOut(BaseModel):
     window_ms: int
 
 
+class OverlapOut(BaseModel):
+    policy: str
+    buffer_limit: int
+
+
 class CalendarOut(BaseModel):
     active_from_ms: int | None
     active_until_ms: int | None
@@ -181,14 +208,20 @@ class CalendarOut(BaseModel):
 
 def _output_type(declared: DeclaredField) -> Any:
     kind = {Widget.CHECK: bool, Widget.JSON: dict[str, Any], Widget.HANDLER: dict[str, Any], Widget.RETRY: RetryOut,
-            Widget.CATCHUP: CatchupOut, Widget.CALENDAR: CalendarOut}.get(declared.spec.widget, str)
+            Widget.COUNT: int, Widget.CATCHUP: CatchupOut, Widget.OVERLAP: OverlapOut,
+            Widget.CALENDAR: CalendarOut}.get(declared.spec.widget, str)
     return kind | None if not declared.required and declared.default is None else kind
 
 
 Task = create_model(  # type: ignore[call-overload]  # the fields are computed: no overload says so
     "Task", __base__=BaseModel, __doc__="A stored definition, secrets masked (``***``).",
     **{declared.name: (_output_type(declared), ...) for declared in DECLARED},
-    revision=(int, ...), paused=(PauseOut | None, ...), created_at=(int | None, ...),
+    revision=(int, ...), paused=(PauseOut | None, ...),
+    runs_counted=(int, Field(description="scheduled runs started since it was created or enabled again "
+                                         "(counted when max_runs is set)")),
+    limit_reached_at=(int | None, Field(description="when it disabled itself on reaching max_runs (unix ms); "
+                                                    "null: it did not, or was enabled since")),
+    created_at=(int | None, ...),
     updated_at=(int | None, Field(description="the version a change must name (expected_updated_at)")))
 
 
@@ -218,3 +251,37 @@ class Triggered(BaseModel):
 class Deleted(BaseModel):
     id: str
     deleted: bool
+
+
+class RecentRunOut(BaseModel):
+    occurrence_id: str
+    trigger: str
+    scheduled_minute: int | None
+    status: str
+    reason: str | None
+    started_at: int | None = Field(description="the first attempt's start (unix ms); null: none began")
+    finished_at: int | None = Field(description="the last attempt's end (unix ms); null: running, or none")
+    duration_ms: int | None
+
+
+class ScheduleCountsOut(BaseModel):
+    missed: int = Field(description="minutes no node ran")
+    skipped_by_overlap: int = Field(description="skipped: the slot was held (slot_busy)")
+    dropped_from_buffer: int = Field(description="skipped: the overlap policy's buffer was full (buffer_full)")
+    skipped_by_run_limit: int = Field(description="skipped: its max_runs was spent (max_runs)")
+    waiting: int = Field(description="queued now for the slot or a node")
+    paused_by_failure: int = Field(description="pauses by pause_on_failure (the audit trail)")
+    since_ms: int | None = Field(description="the journal's oldest row of the task: the counts cover from it on")
+
+
+class ScheduleOut(BaseModel):
+    """A task's schedule described: next fire times, last runs, what did not run."""
+
+    task_id: str
+    state: str
+    next_fire_times: list[int]
+    last_runs: list[RecentRunOut]
+    counts: ScheduleCountsOut
+    runs_counted: int = Field(description="scheduled runs started since it was created or enabled again")
+    runs_left: int | None = Field(description="scheduled runs before it disables itself (max_runs); null: no limit")
+    limit_reached_at: int | None = Field(description="when it disabled itself on reaching max_runs (unix ms)")

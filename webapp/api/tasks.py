@@ -70,6 +70,23 @@ def get_task(caller: Caller, task_id: s.TaskId) -> t.Task:
     return task_out(scheduler_of(current_app).task_ops.get(task_id))
 
 
+@operation("GET", "/schedules/<path:task_id>", role="viewer", response=t.ScheduleOut,
+           summary="A task's schedule described: next 10 fire times, last 10 runs, counts of what did not run")
+def describe_task(caller: Caller, task_id: s.TaskId) -> t.ScheduleOut:
+    found = scheduler_of(current_app).describe(task_id)
+    runs = [t.RecentRunOut(occurrence_id=r.occurrence_id, trigger=str(r.trigger), scheduled_minute=r.scheduled_minute,
+                           status=str(r.status), reason=r.reason, started_at=r.started_at, finished_at=r.finished_at,
+                           duration_ms=r.duration_ms) for r in found.last_runs]
+    c = found.counts
+    return t.ScheduleOut(task_id=found.task_id, state=str(found.state), next_fire_times=found.next_fire_times,
+                         last_runs=runs, counts=t.ScheduleCountsOut(
+                             missed=c.missed, skipped_by_overlap=c.skipped_by_overlap,
+                             dropped_from_buffer=c.dropped_from_buffer, skipped_by_run_limit=c.skipped_by_run_limit,
+                             waiting=c.waiting, paused_by_failure=found.paused_by_failure, since_ms=c.since_ms),
+                         runs_counted=found.runs_counted, runs_left=found.runs_left,
+                         limit_reached_at=found.limit_reached_at)
+
+
 @operation("POST", "/tasks", summary="Create an api or hook task", role="admin", body=t.TaskCreate,
            response=t.Task, status=201)
 def create_task(caller: Caller, body: Strict) -> t.Task:

@@ -6,13 +6,14 @@ from-status, to-status, function, who, guard -- as docs/semantics.md ("6a. Journ
 does; tests/unit/test_journal_transitions.py checks the two against each other, and
 tests/unit/test_journal_ownership.py that no module outside this package writes the table."""
 
-from scheduler_core.store.journal.claims import claim, skip
+from scheduler_core.store.journal.claims import buffer, claim, skip
 from scheduler_core.store.journal.expiry import mark_interrupted, mark_unknown, take_over
-from scheduler_core.store.journal.handoff import claim_queued, enqueue, miss, requeue, settle_queued
+from scheduler_core.store.journal.handoff import backfill, claim_queued, enqueue, miss, requeue, settle_queued
 from scheduler_core.store.journal.owners import begin, finish, give_up, renew
 from scheduler_core.store.journal.projection import log_row, project_logs
 from scheduler_core.store.journal.retention import KEY_DAYS_MIN, deletable, key_days
 from scheduler_core.store.journal.rows import (
+    Backfilled,
     BeginRequest,
     ClaimOutcome,
     ClaimRequest,
@@ -33,6 +34,7 @@ __all__ = [
     "KEY_DAYS_MIN",
     "SLOT_RETRY_PAUSES_S",
     "TRANSITIONS",
+    "Backfilled",
     "BeginRequest",
     "ClaimOutcome",
     "ClaimRequest",
@@ -44,7 +46,9 @@ __all__ = [
     "ProjectionFailedError",
     "Transition",
     "Writer",
+    "backfill",
     "begin",
+    "buffer",
     "claim",
     "claim_queued",
     "deletable",

@@ -1,22 +1,24 @@
 """Claims: an occurrence journaled ``running`` under its claimer's lease and seated in its task's
-slot, or ``skipped`` when the slot is held (docs/semantics.md, section 3)."""
+slot; when the slot is held, ``skipped``, or ``queued`` to wait for it when the task's overlap
+policy buffers (docs/semantics.md, section 3)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
 from scheduler_core.db.clock import db_now_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import executions
-from scheduler_core.statuses import ExecutionStatus
+from scheduler_core.statuses import ExecutionStatus, Trigger
 from scheduler_core.store.dialect import Batch, insert_ignore_many, run
 from scheduler_core.store.journal.rows import ClaimOutcome, ClaimRequest, ClaimResult, Writer, identity, new_row
+from scheduler_core.store.journal.run_limits import SPENT_REASON, count_runs, lock_limits, over_limit
 from scheduler_core.store.journal.slots import take_slots
-from scheduler_core.store.journal.transitions import CLAIM, SKIP
-from scheduler_core.store.totals import Tally
+from scheduler_core.store.journal.transitions import BUFFER, CLAIM, SKIP
+from scheduler_core.store.totals import Tally, lock_tasks
 
 Journaled = tuple[str | None, ExecutionStatus, int]  # an existing row's token, status and attempt
 
@@ -27,7 +29,12 @@ def claim(conn: Connection, writer: Writer, requests: Sequence[ClaimRequest]) ->
 
     - An occurrence id that is already journaled (by anyone) is left alone: ``exists``.
     - New rows start ``running`` with the request's token and ``lease_until = db_now + lease``.
-    - A new row whose task slot is held becomes ``skipped`` (``skip``).
+    - A new row whose task slot is held becomes ``skipped`` (``skip``), or, when its request may
+      wait (``waiting_limit``, the task's overlap policy), ``queued`` behind the others waiting
+      (``buffer``); beyond the limit, ``skipped`` (``buffer_full``). While some wait, a new
+      occurrence of the task waits behind them even if the slot is free: they start in order.
+    - A scheduled occurrence of a task whose ``max_runs`` is spent is ``skipped`` (``max_runs``);
+      the seat that reaches the limit disables the task (``run_limits``).
     - A ``retry`` request whose row is journaled with its own token is an earlier claim of
       ours whose answer was lost (a dropped connection after COMMIT): ``claimed`` again while
       no attempt began (see ``_earlier_outcome``). The caller retries a failed claim with the
@@ -36,6 +43,10 @@ def claim(conn: Connection, writer: Writer, requests: Sequence[ClaimRequest]) ->
     earlier = _journaled(conn, writer, requests) if dialect_kind(conn) != "sqlite" else {}
     fresh = [r for r in requests if r.occurrence_id not in earlier]
     won: list[ClaimRequest] = []
+    buffering = sorted({r.task_id for r in fresh if r.waiting_limit})
+    if buffering:  # before the insert, in the order the gap check's missed rows take it (handoff._unjournaled)
+        lock_tasks(conn, buffering)
+    limits = lock_limits(conn, sorted({r.task_id for r in fresh if r.run_limited}))  # run_limits.py
     if fresh:
         inserted = insert_ignore_many(conn, executions, [identity(r, r.token) for r in fresh],
                                       {**new_row(db_now_ms(), writer), "status": CLAIM.only_target, "reason": None},
@@ -48,26 +59,66 @@ def claim(conn: Connection, writer: Writer, requests: Sequence[ClaimRequest]) ->
         else:  # MySQL: the rows read first were committed; these were inserted just now
             tokens = {oid: token for oid, (token, _, _) in _journaled(conn, writer, fresh).items()}
             won = [r for r in fresh if tokens.get(r.occurrence_id) == r.token]
-    seated = take_slots(conn, writer.statements, won)
-    skipped = [r for r in won if r.occurrence_id not in seated]
-    skip(conn, skipped)
+    spent = over_limit(limits, won)
+    won = [r for r in won if r not in spent]
+    waiting = _waiting(conn, won)
+    seated = take_slots(conn, writer.statements, [r for r in won if not waiting.get(r.task_id)])
+    count_runs(conn, limits, [r for r in won if r.occurrence_id in seated])
+    unseated = [r for r in won if r.occurrence_id not in seated]
+    buffered, full = [], []
+    for r in sorted(unseated, key=lambda r: r.scheduled_minute or 0):
+        if r.waiting_limit and waiting.get(r.task_id, 0) < r.waiting_limit:
+            buffered.append(r)
+            waiting[r.task_id] = waiting.get(r.task_id, 0) + 1
+        elif r.waiting_limit:
+            full.append(r)
+    buffer(conn, buffered)
+    skip(conn, [r for r in unseated if not r.waiting_limit])
+    skip(conn, full, "buffer_full")
+    skip(conn, spent, SPENT_REASON)
     outcomes = {r.occurrence_id: ClaimOutcome.CLAIMED for r in won}
-    outcomes.update({r.occurrence_id: ClaimOutcome.SKIPPED for r in skipped})
+    outcomes.update({r.occurrence_id: ClaimOutcome.SKIPPED for r in [*unseated, *spent]})
+    outcomes.update({r.occurrence_id: ClaimOutcome.WAITING for r in buffered})
     for r in requests:
         if r.occurrence_id in earlier:
             outcomes[r.occurrence_id] = _earlier_outcome(r, *earlier[r.occurrence_id])
     return [ClaimResult(r.occurrence_id, outcomes.get(r.occurrence_id, ClaimOutcome.EXISTS)) for r in requests]
 
 
-def skip(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
+def skip(conn: Connection, requests: Sequence[ClaimRequest], reason: str = "slot_busy") -> None:
     """Occurrences this transaction journaled ``running`` whose task's slot is held: ``skipped``
-    (reason ``slot_busy``), with no lease, each counted (``store/totals.py``). One statement."""
+    (reason ``slot_busy``; ``buffer_full`` when as many as the overlap policy allows wait already),
+    with no lease, each counted (``store/totals.py``). One statement."""
     if not requests:
         return
     skipped = SKIP.only_target
     conn.execute(update(executions).where(executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
-                 .values(status=skipped, reason="slot_busy", lease_until=None, updated_at=db_now_ms()))
+                 .values(status=skipped, reason=reason, lease_until=None, updated_at=db_now_ms()))
     Tally().executions((r.task_id, skipped) for r in requests).write(conn)
+
+
+def buffer(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
+    """Cron occurrences this transaction journaled ``running`` that wait for their task's slot
+    (its overlap policy buffers them): ``queued``, reason ``buffered``, unowned. A node's scan of
+    queued rows seats them in minute order once the slot is free (``handoff.claim_queued``)."""
+    if requests:
+        conn.execute(update(executions).where(executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
+                     .values(status=BUFFER.only_target, reason="buffered", execution_token=None, owner_node=None,
+                             lease_until=None, updated_at=db_now_ms()))
+
+
+def _waiting(conn: Connection, won: Sequence[ClaimRequest]) -> dict[str, int]:
+    """For the tasks of ``won`` whose overlap policy buffers: how many cron occurrences wait for
+    their slot (``queued``), read after this transaction has locked those tasks (``lock_tasks``),
+    so that two claims of one task never both take the last place. Nothing for the others: a
+    claim of a task that does not buffer reads and locks nothing more."""
+    task_ids = sorted({r.task_id for r in won if r.waiting_limit})
+    if not task_ids:
+        return {}
+    counted = conn.execute(select(executions.c.task_id, func.count()).where(
+        executions.c.status == BUFFER.only_target, executions.c.trigger == Trigger.CRON,
+        executions.c.task_id.in_(task_ids)).group_by(executions.c.task_id)).all()
+    return {task_id: int(count) for task_id, count in counted}
 
 
 def _earlier_outcome(r: ClaimRequest, token: str | None, status: ExecutionStatus, attempt: int) -> ClaimOutcome:

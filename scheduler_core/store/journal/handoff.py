@@ -1,13 +1,13 @@
 """Rows no node owns: ``queued`` occurrences waiting for a node able to run them (a handed-over
-manual trigger, a catch-up run), and ``missed`` ones that no node ran (docs/semantics.md,
-"Routing and misses")."""
+manual trigger, a catch-up run, an operator's backfill) or for their task's slot (a buffered cron
+occurrence), and ``missed`` ones that no node ran (docs/semantics.md, "Routing and misses")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import case, select, update
 from sqlalchemy.engine import Connection
 
 from scheduler_core.db.clock import db_now_ms
@@ -17,9 +17,19 @@ from scheduler_core.model import Execution
 from scheduler_core.statuses import ExecutionStatus, Trigger
 from scheduler_core.store.dialect import insert_ignore_many
 from scheduler_core.store.journal.claims import skip
-from scheduler_core.store.journal.rows import ClaimOutcome, ClaimRequest, ClaimResult, Missed, Writer, identity, new_row
+from scheduler_core.store.journal.rows import (
+    Backfilled,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    Missed,
+    Writer,
+    identity,
+    new_row,
+)
+from scheduler_core.store.journal.run_limits import SPENT_REASON, count_runs, limited, lock_limits, over_limit
 from scheduler_core.store.journal.slots import take_slots
-from scheduler_core.store.journal.transitions import CLAIM_QUEUED, ENQUEUE, MISS, REQUEUE, SETTLE_QUEUED
+from scheduler_core.store.journal.transitions import BACKFILL, CLAIM_QUEUED, ENQUEUE, MISS, REQUEUE, SETTLE_QUEUED
 from scheduler_core.store.totals import Tally, lock_tasks
 from scheduler_core.store.transactions import one_row
 
@@ -31,6 +41,37 @@ def enqueue(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
     queued = ENQUEUE.only_target
     _insert(conn, [{**identity(r, None), "status": queued, "reason": None, "missed_until": None,
                     "missed_count": None} for r in requests])
+
+
+def backfill(conn: Connection, requests: Sequence[ClaimRequest]) -> Backfilled:
+    """Queue past cron occurrences an operator asked to run (trigger ``backfill``), in the
+    caller's transaction. A minute not journaled yet gets a new ``queued`` row; one journaled
+    ``missed`` (one minute, not a summary row) or ``skipped`` never ran, so its row becomes
+    ``queued`` for the backfill (CAS on that status); any other row is left as it is: a minute
+    that ran, runs or waits is never run again. The tasks' lock rows are taken first
+    (``lock_tasks``): two backfills of one task queue there, and each reads what the other
+    did; a claim of these past minutes cannot come in between (its occurrence id is journaled
+    before it is due, or never)."""
+    lock_tasks(conn, {r.task_id for r in requests})
+    found = {row.occurrence_id: row for row in conn.execute(
+        select(executions.c.occurrence_id, executions.c.status, executions.c.missed_until)
+        .where(executions.c.occurrence_id.in_([r.occurrence_id for r in requests])))}
+    new = [r for r in requests if r.occurrence_id not in found]
+    again = [r for r in requests if r.occurrence_id in found and found[r.occurrence_id].status in BACKFILL.source
+             and found[r.occurrence_id].missed_until is None]
+    _insert(conn, [{**identity(r, None), "status": ENQUEUE.only_target, "reason": None, "missed_until": None,
+                    "missed_count": None} for r in new])
+    converted: list[str] = []
+    for r in again:  # one statement a row: each has its own minute's row (at most BACKFILL_MAX a call)
+        if one_row(conn.execute(update(executions).where(
+                executions.c.occurrence_id == r.occurrence_id, executions.c.status.in_(BACKFILL.source),
+                executions.c.missed_until.is_(None),
+        ).values(**identity(r, None), **new_row(db_now_ms()), status=BACKFILL.only_target, reason=None,
+                 missed_count=None))):  # as a new row: unowned, no attempt, created now
+            converted.append(r.occurrence_id)
+    done = {r.occurrence_id for r in new} | set(converted)
+    return Backfilled([r.occurrence_id for r in new], converted,
+                      [r.occurrence_id for r in requests if r.occurrence_id not in done])
 
 
 def miss(conn: Connection, missed: Sequence[Missed]) -> set[str]:
@@ -49,18 +90,27 @@ def claim_queued(conn: Connection, writer: Writer, requests: Sequence[ClaimReque
     Each row still ``queued`` becomes ``running`` under the request's token and the writer's
     lease; one that is not any more (another node took it) is ``exists``. Whose slot is busy: a
     manual trigger is ``skipped`` (``slot_busy``), as its claim on the triggering node would have
-    been; a catch-up run is queued again (``waiting``: it waits for the slot, in order).
+    been; a catch-up or backfill run, or a cron occurrence its overlap policy buffered (``claims.buffer``), is
+    queued again (``waiting``: it waits for the slot, in order). A catch-up run or buffered cron
+    occurrence of a task whose ``max_runs`` is spent is ``skipped`` (``max_runs``); a seat counts
+    a run (``run_limits``).
     """
-    won = [r for r in requests if _own(conn, writer, r)]
+    limits = lock_limits(conn, limited(requests))  # first, as a claim takes them (claims.claim)
+    owned = [r for r in requests if _own(conn, writer, r)]
+    spent = over_limit(limits, owned)
+    won = [r for r in owned if r not in spent]
     won.sort(key=lambda r: r.scheduled_minute or 0)  # a task's slot goes to its earliest minute
     seated = take_slots(conn, writer.statements, won)
-    waiting = [r for r in won if r.occurrence_id not in seated and r.trigger == Trigger.CATCHUP]
-    skipped = [r for r in won if r.occurrence_id not in seated and r.trigger != Trigger.CATCHUP]
+    count_runs(conn, limits, [r for r in won if r.occurrence_id in seated])
+    waits = (Trigger.CATCHUP, Trigger.CRON, Trigger.BACKFILL)
+    waiting = [r for r in won if r.occurrence_id not in seated and r.trigger in waits]
+    skipped = [r for r in won if r.occurrence_id not in seated and r.trigger not in waits]
     requeue(conn, waiting)
     skip(conn, skipped)
+    skip(conn, spent, SPENT_REASON)
     outcomes = {r.occurrence_id: ClaimOutcome.CLAIMED for r in won}
     outcomes.update({r.occurrence_id: ClaimOutcome.WAITING for r in waiting})
-    outcomes.update({r.occurrence_id: ClaimOutcome.SKIPPED for r in skipped})
+    outcomes.update({r.occurrence_id: ClaimOutcome.SKIPPED for r in [*skipped, *spent]})
     return [ClaimResult(r.occurrence_id, outcomes.get(r.occurrence_id, ClaimOutcome.EXISTS)) for r in requests]
 
 
@@ -68,16 +118,19 @@ def _own(conn: Connection, writer: Writer, r: ClaimRequest) -> bool:
     now = db_now_ms()
     return one_row(conn.execute(update(executions).where(
         executions.c.occurrence_id == r.occurrence_id, executions.c.status == CLAIM_QUEUED.only_source,
-    ).values(status=CLAIM_QUEUED.only_target, execution_token=r.token, owner_node=writer.node_id,
+    ).values(status=CLAIM_QUEUED.only_target, reason=None, execution_token=r.token, owner_node=writer.node_id,
              lease_until=now + writer.lease_ms, updated_at=now)))
 
 
 def requeue(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
-    """Catch-up runs this transaction owned whose task's slot is held: ``queued`` again, unowned
-    (they keep their place: ``created_at`` is unchanged)."""
+    """Catch-up runs, backfill runs and buffered cron occurrences this transaction owned whose task's slot is
+    held: ``queued`` again, unowned, as they were (they keep their place: ``created_at`` is
+    unchanged; a cron occurrence its reason, ``buffered``)."""
     if requests:
+        buffered = case((executions.c.trigger == Trigger.CRON, "buffered"), else_=None)
         conn.execute(update(executions).where(executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
-                     .values(status=REQUEUE.only_target, execution_token=None, owner_node=None, lease_until=None))
+                     .values(status=REQUEUE.only_target, reason=buffered, execution_token=None, owner_node=None,
+                             lease_until=None))
 
 
 def settle_queued(conn: Connection, execution: Execution, status: ExecutionStatus, reason: str) -> bool:

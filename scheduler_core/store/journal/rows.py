@@ -37,7 +37,7 @@ class ClaimOutcome(StrEnum):
     CLAIMED = "claimed"  # ours: running under our token, in its task's slot
     SKIPPED = "skipped"  # journaled by us, and ``skipped`` (slot_busy)
     EXISTS = "exists"  # journaled before, not by this claim (or no longer queued)
-    WAITING = "waiting"  # a queued catch-up run whose slot is busy: queued again, in order
+    WAITING = "waiting"  # queued for its task's slot: a catch-up run, or a cron occurrence its overlap policy buffers
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,12 @@ class ClaimRequest:
     # The same request again after a claim call failed (its COMMIT may have been applied):
     # a row journaled with this token is then this claimer's own (see ``claims.claim``).
     retry: bool = False
+    # How many of the task's cron occurrences may wait for its held slot (its overlap policy's
+    # ``waiting_limit``); 0: one whose slot is held is skipped.
+    waiting_limit: int = 0
+    # The task has a ``max_runs`` (as the claimer knows it): the claim locks and reads its limit
+    # (``run_limits``); a claim of a task without one reads nothing more.
+    run_limited: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,15 @@ class Missed:
     reason: str  # no_node_running | no_capable_node | ...
     until: int | None = None  # a summary row: the last minute it stands for
     count: int | None = None  # a summary row: how many minutes it stands for
+
+
+@dataclass(frozen=True)
+class Backfilled:
+    """What a backfill did to each minute it was given (occurrence ids, in the order given)."""
+
+    new: list[str]  # not journaled before: queued now
+    again: list[str]  # journaled missed or skipped (never ran): queued now
+    already: list[str]  # journaled otherwise (ran, runs, waits, or a summary row): left as it was
 
 
 @dataclass(frozen=True)

@@ -61,14 +61,21 @@ NOT_JOURNALED = "the occurrence id is not journaled yet"
 
 CLAIM = Transition("claim", (), (S.RUNNING,), "a node: its tick's due occurrences, a manual trigger", NOT_JOURNALED)
 SKIP = Transition("skip", (S.RUNNING,), (S.SKIPPED,), "the claiming node, in the claim's transaction",
-                  "the task's slot is held (reason slot_busy)")
+                  "the task's slot is held (reason slot_busy), or as many as its overlap policy allows wait for "
+                  "it already (reason buffer_full), or the task's max_runs is spent (reason max_runs)")
+BUFFER = Transition("buffer", (S.RUNNING,), (S.QUEUED,), "the claiming node, in the claim's transaction",
+                    "a cron occurrence whose task's slot is held, or others wait for it, and whose overlap policy "
+                    "lets it wait (reason buffered), below its limit counted under the task's lock")
 ENQUEUE = Transition("enqueue", (), (S.QUEUED,),
-                     "a node that cannot run the task (manual trigger), the gap check (catch-up run)", NOT_JOURNALED)
+                     "a node that cannot run the task (manual trigger), the gap check (catch-up run), an operator's "
+                     "backfill", NOT_JOURNALED)
+BACKFILL = Transition("backfill", (S.MISSED, S.SKIPPED), (S.QUEUED,), "an operator's backfill",
+                      "the row is still missed (one minute, not a summary row) or skipped: the minute never ran")
 MISS = Transition("miss", (), (S.MISSED,), "the gap check, the capability watch, a trigger no live node can run",
                   NOT_JOURNALED)
 CLAIM_QUEUED = Transition("claim_queued", (S.QUEUED,), (S.RUNNING,), "a node able to run the task", "still queued")
 REQUEUE = Transition("requeue", (S.RUNNING,), (S.QUEUED,), "the claiming node, in the claim's transaction",
-                     "a catch-up run whose task's slot is held")
+                     "a catch-up run, a backfill run or a buffered cron occurrence whose task's slot is held")
 SETTLE_QUEUED = Transition("settle_queued", (S.QUEUED,), (S.MISSED, S.INTERRUPTED), "a node's scan of queued rows",
                            "still queued, and no live node can run the task (missed) or the task is gone (interrupted)")
 BEGIN = Transition("begin", (S.RUNNING,), None, "the owner, before each attempt", OWNED)
@@ -91,5 +98,5 @@ DELETE_RETAINED = Transition("delete_retained", (S.SUCCESS, S.FAILED, S.INTERRUP
                              "changed before the retention (a keyed one: at least 30 days), no slot points at it, "
                              "logs not pending")
 
-TRANSITIONS = (CLAIM, SKIP, ENQUEUE, MISS, CLAIM_QUEUED, REQUEUE, SETTLE_QUEUED, BEGIN, RENEW, GIVE_UP, FINISH,
-               TAKE_OVER, MARK_UNKNOWN, MARK_INTERRUPTED, RESOLVE, MARK_PERSISTED, DELETE_RETAINED)
+TRANSITIONS = (CLAIM, SKIP, BUFFER, ENQUEUE, BACKFILL, MISS, CLAIM_QUEUED, REQUEUE, SETTLE_QUEUED, BEGIN, RENEW,
+               GIVE_UP, FINISH, TAKE_OVER, MARK_UNKNOWN, MARK_INTERRUPTED, RESOLVE, MARK_PERSISTED, DELETE_RETAINED)
