@@ -4,6 +4,8 @@
   tasks export [FILE]                                     write every task as a file (secrets as ${ENV})
   tasks list                                              the tasks, one line each
   tasks trigger ID [--idempotency-key KEY]                run a task now on a live node
+  tasks backfill ID --from T --to T [--tz ZONE] [--reason TEXT] [--dry-run]
+                                                          run a task's past fire times in a range
 
 Errors print one line, ``error: <code> <field>: <message>``, and exit 1 (scheduler_core/cli.py).
 """
@@ -15,19 +17,23 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from scheduler_core.config import SchedulerConfig
+from scheduler_core.cron import validate_timezone
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.errors import ConfigError
+from scheduler_core.runtime.backfill import BackfillResult, iso
 from scheduler_core.runtime.scheduler import Scheduler
 from scheduler_core.runtime.task_apply import apply_step, plan
 from scheduler_core.runtime.task_files import export_tasks, read_task_file
 from scheduler_core.settings import Settings
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.task_files import TaskFileRepository
-from scheduler_core.validation import check_id
+from scheduler_core.validation import check_id, check_ms
 
 
 def add_task_commands(commands: Any) -> None:
@@ -50,7 +56,19 @@ def add_task_commands(commands: Any) -> None:
     trigger.add_argument("task_id", metavar="ID")
     trigger.add_argument("--idempotency-key", metavar="KEY", help="the same key again returns the same occurrence")
     trigger.set_defaults(handler=_trigger)
-    for parser in (apply, export, listing, trigger):
+    backfill = sub.add_parser("backfill", help="run a task's past fire times in a range, each once, one at a time "
+                                               "(minutes that ran are left alone)")
+    backfill.add_argument("task_id", metavar="ID")
+    backfill.add_argument("--from", dest="start", metavar="TIME", required=True,
+                          help="the range's first minute: ISO 8601 (2026-12-01T00:00, 2026-12-01T00:00+01:00, "
+                               "...Z) or unix ms")
+    backfill.add_argument("--to", dest="end", metavar="TIME", required=True, help="its last minute, included")
+    backfill.add_argument("--tz", metavar="ZONE", help="the zone of times written without an offset (default: the "
+                                                       "task's time zone)")
+    backfill.add_argument("--reason", metavar="TEXT", help="why: written to the audit trail")
+    backfill.add_argument("--dry-run", action="store_true", help="say what the range holds, queue nothing")
+    backfill.set_defaults(handler=_backfill)
+    for parser in (apply, export, listing, trigger, backfill):
         parser.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
 
 
@@ -132,3 +150,60 @@ def _trigger(args: argparse.Namespace, settings: Settings) -> int:
     reason = f" ({execution.reason})" if execution.reason else ""
     print(f"{args.task_id}: occurrence {occurrence} {execution.status}{reason}")
     return 1 if execution.status == ExecutionStatus.MISSED else 0
+
+
+def _backfill(args: argparse.Namespace, settings: Settings) -> int:
+    # No executors: this process runs nothing; the queued runs go to live nodes able to run them.
+    with _scheduler(settings, executors=[]) as scheduler:
+        task = scheduler.task_ops.get(check_id(args.task_id, "ID"))
+        zone = ZoneInfo(_zone(args.tz) if args.tz is not None else task.timezone)
+        start, end = instant(args.start, "--from", zone), instant(args.end, "--to", zone)
+        try:
+            result = scheduler.backfill(task.id, start, end, by="cli", reason=args.reason, dry_run=args.dry_run)
+        except ConfigError as exc:  # named as the command's options
+            flag = _FLAGS.get(exc.field or "")
+            if flag is None:
+                raise
+            raise ConfigError(flag, exc.message.removeprefix(f"{exc.field}: ")) from None
+    print(backfill_summary(result, zone))
+    return 0
+
+
+_FLAGS = {"start_ms": "--from", "end_ms": "--to", "reason": "--reason"}
+
+
+def _zone(name: str) -> str:
+    try:
+        return validate_timezone(name)
+    except ConfigError as exc:
+        raise ConfigError("--tz", exc.message.removeprefix(f"{exc.field}: ")) from None
+
+
+def instant(text: str, flag: str, zone: ZoneInfo) -> int:
+    """Unix ms of ``text``: digits are unix ms; otherwise ISO 8601, read in ``zone`` when it has
+    no offset (the first of a repeated wall time)."""
+    text = text.strip()
+    if text.isdigit():
+        return check_ms(int(text), flag)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(flag, f"is not a time: write ISO 8601 (2026-12-01T09:00, with +01:00 or Z for another "
+                                f"zone than {zone.key}) or unix ms (got {text[:40]!r})") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return check_ms(int(moment.timestamp() * 1000), flag)
+
+
+def backfill_summary(result: BackfillResult, zone: ZoneInfo) -> str:
+    """One line: what the range held and what was (or would be) queued."""
+    if not result.count:
+        return f"{result.task_id}: the range holds no fire time; nothing queued"
+    def shown(ms: int | None) -> str:
+        local = datetime.fromtimestamp((ms or 0) / 1000, zone).strftime("%Y-%m-%d %H:%M %Z")
+        return f"{local} ({iso(ms or 0)})"
+    span = f"{result.count} fire times, {shown(result.first_ms)} .. {shown(result.last_ms)}"
+    verb = "would queue" if result.dry_run else "queued"
+    return (f"{result.task_id}: {span}: {verb} {result.new + result.again} ({result.new} new, {result.again} missed or "
+            f"skipped before); {result.already} ran or wait already, left as they are"
+            + (" (dry run: nothing queued)" if result.dry_run else ""))

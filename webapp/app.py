@@ -28,7 +28,21 @@ from scheduler_core.runtime.api_tokens import ApiTokens, check_rate_limit
 from scheduler_core.runtime.startup import RESERVED_CONNECTIONS
 from scheduler_core.settings import Settings, read_settings
 from scheduler_core.testing import set_clock_offset_from_env
-from webapp import alerts, audit, auth, errors, executions, health, logs, nodes, notifications, overview, tasks, users
+from webapp import (
+    alerts,
+    audit,
+    auth,
+    errors,
+    executions,
+    health,
+    logs,
+    nodes,
+    notifications,
+    overview,
+    task_backfill,
+    tasks,
+    users,
+)
 from webapp import runs as run_history
 from webapp.api import bp as api_blueprint
 from webapp.evidence import install as install_evidence
@@ -107,8 +121,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_scheduler"] = scheduler
     app.extensions["hai_reach"] = make_reach(app, scheduler)
     bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))
-    for module in (health, auth, overview, tasks, run_history, executions, logs, notifications, alerts, nodes, audit,
-                   users):
+    for module in (health, auth, overview, tasks, task_backfill, run_history, executions, logs, notifications, alerts,
+                   nodes, audit, users):
         app.register_blueprint(module.bp)
     app.register_blueprint(user_tokens_blueprint)
     app.register_blueprint(api_blueprint)

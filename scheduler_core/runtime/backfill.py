@@ -59,7 +59,7 @@ def check_range(start_ms: object, end_ms: object, now_ms: int) -> tuple[int, int
     start = check_ms(start_ms, "start_ms")
     end = check_ms(end_ms, "end_ms")
     if start > end:
-        fail(ConfigError, "end_ms", f"is before start_ms ({iso(end)} < {iso(start)}): the range is reversed")
+        fail(ConfigError, "end_ms", f"is before the range's start ({iso(end)} < {iso(start)}): the range is reversed")
     current = now_ms - now_ms % MINUTE_MS
     if end >= current:
         fail(ConfigError, "end_ms", f"is not in the past ({iso(end)}): a backfill runs minutes before the current "
@@ -97,7 +97,7 @@ def backfill(ctx: RuntimeContext, task_id: object, start_ms: object, end_ms: obj
     minutes = fire_minutes(task, start, end, BACKFILL_MAX + 1)
     if len(minutes) > BACKFILL_MAX:
         fail(ConfigError, "end_ms", f"makes the range hold more than {BACKFILL_MAX} fire times of task {task_id!r} "
-                                    f"(the {BACKFILL_MAX + 1}th is {iso(minutes[-1])}): backfill at most "
+                                    f"(fire time {BACKFILL_MAX + 1} is {iso(minutes[-1])}): backfill at most "
                                     f"{BACKFILL_MAX} at a time")
     requests = [ClaimRequest(occurrence_id=cron_occurrence_id(task.id, m), task_id=task.id,
                              task_revision=task.revision, trigger=Trigger.BACKFILL, max_attempts=task.max_attempts,

@@ -88,3 +88,24 @@ def test_resolve_an_unknown_execution_with_a_reason(page: Any, dashboard: Dashbo
     page.goto(dashboard("/audit/?action=execution.resolve_unknown"))
     assert page.get_by_text("no charge was made").count() == 1
     shot(page, "audit")
+
+
+def test_backfill_previews_as_the_range_is_picked_then_queues(page: Any, dashboard: Dashboard, shot: Screens) -> None:
+    """The backfill form's live preview (htmx, no button pressed), then its queue button."""
+    engine = create_engine(dashboard.database_url)
+    try:
+        TaskRepository(engine).insert(TaskDefinition(id="hourly-sync", name="Hourly sync", cron="0 * * * *",
+                                                     timezone="Europe/Berlin", handler={"kind": "hook"}))
+    finally:
+        close_engine(engine)
+    login(page, dashboard)
+    page.goto(dashboard("/tasks/view/hourly-sync"))
+    page.get_by_role("link", name="Backfill past fire times…").click()
+    page.locator("#backfill_start").fill("2026-01-10T00:00")
+    page.locator("#backfill_end").fill("2026-01-10T05:30")
+    page.locator("#backfill_reason").fill("the warehouse was down")
+    page.locator("#backfill-preview").get_by_text("6 fire times").wait_for()
+    shot(page, "backfill-preview")
+    page.get_by_role("button", name="Queue the runs").click()
+    page.wait_for_url("**/tasks/view/hourly-sync")
+    assert page.get_by_text("6 past runs queued (6 new, 0 missed or skipped before)").count() == 1, page.content()

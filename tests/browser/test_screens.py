@@ -133,10 +133,10 @@ def walk(browser: Any, dashboard: Dashboard, seeded: dict[str, str]) -> Iterator
     yield result
 
 
-EXPECTED = ("/", "/tasks/", "/tasks/view/*", "/tasks/edit/*", "/tasks/new", "/executions/", "/executions/unknown",
-            "/logs/", "/logs/entry/*", "/logs/failures", "/notifications/", "/notifications/dead",
-            "/notifications/unknown", "/notifications/templates", "/notifications/alerts/", "/nodes/", "/audit/",
-            "/users/", "/users/manage/*")
+EXPECTED = ("/", "/tasks/", "/tasks/view/*", "/tasks/edit/*", "/tasks/new", "/tasks/backfill/*", "/executions/",
+            "/executions/unknown", "/logs/", "/logs/entry/*", "/logs/failures", "/notifications/",
+            "/notifications/dead", "/notifications/unknown", "/notifications/templates", "/notifications/alerts/",
+            "/nodes/", "/audit/", "/users/", "/users/manage/*")
 
 
 def test_the_walk_reaches_every_page(walk: Walk, dashboard: Dashboard) -> None:

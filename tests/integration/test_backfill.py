@@ -26,6 +26,7 @@ from scheduler_core.errors import ConfigError, TaskNotFoundError
 from scheduler_core.runtime.backfill import BACKFILL_MAX
 from scheduler_core.store import ClaimOutcome, ClaimRequest, ExecutionRepository, TaskRepository
 from scheduler_core.store.handoff import HandoffRepository, Missed
+from scheduler_core.store.journal import backfill as journal_backfill
 from scheduler_core.testing import set_clock_offset
 from tests.helpers.node_cluster import db_now, journal
 
@@ -216,3 +217,26 @@ def test_two_backfills_at_once_queue_each_minute_once(make_node: Any, engine: En
     assert len(results) == 2 and {r.count for r in results} == {25}
     assert sorted(r.queued for r in results) == [0, 25] and sum(r.already for r in results) == 25
     assert len(journal(engine, task_id="rep")) == 25 and len(_audits(engine)) == 2
+
+
+def test_a_backfill_waits_for_one_in_flight_and_counts_only_what_it_queued(make_node: Any, engine: Engine) -> None:
+    """Another backfill of the task holds its rows uncommitted: this one waits for it (the task's
+    lock row) and then finds every minute queued already, instead of reading an empty journal,
+    inserting nothing over the other's rows and reporting them as its own."""
+    node = make_node()
+    node.register(TaskDefinition(id="rep", name="rep", cron="*/5 * * * *"))
+    now = db_now(engine)
+    start, end = _hour(now, 3), _hour(now, 1)
+    requests = [ClaimRequest(cron_occurrence_id("rep", m), "rep", 1, "backfill", 1, str(uuid.uuid4()), source="alice",
+                             scheduled_minute=m) for m in range(start, end + 1, 5 * MINUTE_MS)]
+    results: list[Any] = []
+    with engine.connect() as conn:
+        with conn.begin():
+            assert len(journal_backfill(conn, requests).new) == 25  # alice's, in flight
+            bob = threading.Thread(target=lambda: results.append(node.backfill("rep", start, end, by="bob")))
+            bob.start()
+            time.sleep(0.5)  # bob reaches the task's lock row (without one: his pre-read, then his inserts)
+        bob.join(60)
+    (result,) = results
+    assert (result.count, result.new, result.again, result.already, result.queued) == (25, 0, 0, 25, 0)
+    assert len(journal(engine, task_id="rep")) == 25

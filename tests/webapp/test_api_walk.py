@@ -86,6 +86,12 @@ def _resume(api: Api) -> Request:
     return "/api/v1/tasks/resume/walk", None
 
 
+def _backfill(api: Api) -> Request:
+    now = scheduler_of(api.app).task_ops.now_ms()
+    return "/api/v1/tasks/backfill/walk", {"start_ms": now - 3 * 3_600_000, "end_ms": now - 3_600_000,
+                                           "reason": "the walk's outage"}
+
+
 REQUESTS: dict[str, Callable[[Api], Request]] = {
     "list_tasks": lambda api: ("/api/v1/tasks?q=walk&limit=10", None),
     "get_task": lambda api: ("/api/v1/tasks/walk", None),
@@ -98,6 +104,7 @@ REQUESTS: dict[str, Callable[[Api], Request]] = {
     "pause_task": _pause,
     "resume_task": _resume,
     "trigger_task": lambda api: ("/api/v1/tasks/trigger/walk", {"idempotency_key": str(uuid.uuid4())}),
+    "backfill_task": _backfill,
     "list_executions": lambda api: ("/api/v1/executions?status=unknown&limit=5", None),
     "get_execution": lambda api: (f"/api/v1/executions/{unknown_execution(api).occurrence_id}", None),
     "resolve_execution": _resolve,

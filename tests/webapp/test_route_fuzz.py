@@ -81,6 +81,8 @@ FIELDS: dict[str, dict[str, Field]] = {
     "tasks.rerun": {},
     "tasks.pause": {"reason": "fuzzing", "minutes": "5", "until": "", "until_tz": "UTC"},
     "tasks.resume": {},
+    "backfill.submit": {"start": "2026-01-01T00:00", "end": "2026-01-01T06:00", "tz": "", "reason": "",
+                        "action": "queue"},
     "executions.resolve": {"status": "success", "reason": "checked", "expected_updated_at": EXECUTION_VERSION},
     "executions.bulk_resolve": {"task": "", "cause": "", "bound_at": "0", "bound_id": "", "count": "0",
                                 "status": "discarded", "reason": "checked"},
@@ -258,7 +260,7 @@ def test_the_pages_forms_post_only_listed_fields(world: World) -> None:
     pages = ["/tasks/new", "/tasks/view/walk", "/tasks/edit/walk", "/tasks/delete/walk", "/logs/failures",
              "/notifications/templates/new", "/notifications/templates/show/walk-tpl",
              "/notifications/templates/edit/walk-tpl", "/users/new", "/users/manage/walk", "/notifications/alerts/",
-             "/notifications/alerts/rules/new", "/notifications/alerts/rules/edit/walk", "/"]
+             "/notifications/alerts/rules/new", "/notifications/alerts/rules/edit/walk", "/tasks/backfill/walk", "/"]
     adapter = world.app.url_map.bind("localhost")
     seen = set()
     for page in pages:

@@ -24,7 +24,7 @@ from webapp.node import accounts_of, scheduler_of
 
 OPERATOR = ("executions.resolve", "executions.bulk_resolve", "logs.repair", "logs.repair_all", "notifications.requeue",
             "notifications.bulk_requeue", "notifications.resolve", "tasks.trigger", "tasks.rerun", "tasks.pause",
-            "tasks.resume")
+            "tasks.resume", "backfill.form", "backfill.submit")
 ADMIN = ("notifications.new_template", "notifications.create_template", "notifications.edit_template",
          "notifications.update_template", "notifications.delete_template", "tasks.new", "tasks.create", "tasks.edit",
          "tasks.update", "tasks.enable", "tasks.disable", "tasks.confirm_delete", "tasks.delete", "users.index",
@@ -35,8 +35,9 @@ ADMIN = ("notifications.new_template", "notifications.create_template", "notific
 API_VIEWER = ("api.list_tasks", "api.get_task", "api.describe_task", "api.list_executions", "api.get_execution",
               "api.list_logs", "api.list_log_failures", "api.list_dead", "api.list_unknown_deliveries",
               "api.list_nodes", "api.health")
-API_OPERATOR = ("api.pause_task", "api.resume_task", "api.trigger_task", "api.resolve_execution", "api.repair_log",
-                "api.repair_all_logs", "api.requeue_dead", "api.resolve_delivery")
+API_OPERATOR = ("api.pause_task", "api.resume_task", "api.trigger_task", "api.backfill_task",
+                "api.resolve_execution", "api.repair_log", "api.repair_all_logs", "api.requeue_dead",
+                "api.resolve_delivery")
 API_ADMIN = ("api.create_task", "api.update_task", "api.delete_task", "user_tokens.create", "user_tokens.revoke",
              "user_tokens.created")
 NEEDED = {**dict.fromkeys(OPERATOR + API_OPERATOR, "operator"), **dict.fromkeys(ADMIN + API_ADMIN, "admin"),
@@ -47,7 +48,7 @@ GUARDED_PAGES = {
     "tasks.new": "/tasks/new", "tasks.edit": "/tasks/edit/roles", "tasks.confirm_delete": "/tasks/delete/roles",
     "notifications.new_template": "/notifications/templates/new", "users.index": "/users/",
     "users.new": "/users/new", "users.manage": "/users/manage/viewer1",
-    "alerts.new_rule": "/notifications/alerts/rules/new",
+    "alerts.new_rule": "/notifications/alerts/rules/new", "backfill.form": "/tasks/backfill/roles",
 }
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, create_model, model_validator
 
 from scheduler_core.model import DECLARED
+from scheduler_core.runtime.backfill import REASON_MAX as BACKFILL_REASON_MAX
 from scheduler_core.runtime.task_operations import MAX_QUERY
 from scheduler_core.task_policies import (
     BACKOFF_MAX_MS,
@@ -170,6 +171,14 @@ class TriggerIn(Strict):
     source: StrippedId | None = None
 
 
+class BackfillIn(Strict):
+    start_ms: Ms = Field(description="the range's first minute (unix ms, DB clock)")
+    end_ms: Ms = Field(description="its last minute, included; before the current minute")
+    reason: Annotated[text(BACKFILL_REASON_MAX, blank=True),  # type: ignore[valid-type]
+                      Field(description="why: written to the audit trail")] | None = None
+    dry_run: bool = Field(default=False, description="say what the range holds, queue nothing")
+
+
 class TaskSearch(Query):
     q: Annotated[text(MAX_QUERY, blank=True),  # type: ignore[valid-type]
                  Field(description="status:failed kind:api enabled:false tz:... words")] = ""
@@ -285,3 +294,17 @@ class ScheduleOut(BaseModel):
     runs_counted: int = Field(description="scheduled runs started since it was created or enabled again")
     runs_left: int | None = Field(description="scheduled runs before it disables itself (max_runs); null: no limit")
     limit_reached_at: int | None = Field(description="when it disabled itself on reaching max_runs (unix ms)")
+
+
+class BackfillOut(BaseModel):
+    """What the range held, and what was queued (a dry run: what would be)."""
+
+    task_id: str
+    count: int = Field(description="the task's fire times in the range (its cron, zone and calendar)")
+    first_ms: int | None = Field(description="the first of them (null: none)")
+    last_ms: int | None = Field(description="the last of them")
+    new: int = Field(description="not journaled before: queued")
+    again: int = Field(description="journaled missed or skipped, never run: queued")
+    already: int = Field(description="ran, run or wait already: left as they are")
+    queued: int = Field(description="occurrences queued by this call (0 on a dry run)")
+    dry_run: bool

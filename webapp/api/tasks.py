@@ -1,8 +1,8 @@
-"""``/api/v1/tasks``: search, read, create, update, delete, pause / resume, trigger.
+"""``/api/v1/tasks``: search, read, create, update, delete, pause / resume, trigger, backfill.
 
 The same runtime calls as the task pages (``webapp/tasks.py``): ``scheduler.task_ops.search``,
 ``register``, ``update_task`` (compare-and-set on ``updated_at``), ``task_ops.delete``,
-``pause`` / ``resume``, ``submit``; the same audit actions. Like the form, the API edits
+``pause`` / ``resume``, ``submit``, ``backfill``; the same audit actions. Like the form, the API edits
 ``api`` and ``hook`` tasks only and never accepts code; definitions go out masked, and a
 masked value sent back keeps the stored secret (``restore_masked``).
 
@@ -179,3 +179,16 @@ def trigger_task(caller: Caller, body: t.TriggerIn, task_id: s.TaskId) -> t.Trig
     caller.audit("task.trigger", task_id, after={"occurrence_id": occurrence, "status": execution.status,
                                                  "source": source, "idempotency_key": key, "existing": existed})
     return t.Triggered(occurrence_id=occurrence, status=execution.status, reason=execution.reason, existing=existed)
+
+
+@operation("POST", "/tasks/backfill/<path:task_id>",
+           summary="Run a task's past fire times in a range, each once, one at a time (minutes that ran are "
+                   "left alone); dry_run says what the range holds", role="operator", body=t.BackfillIn,
+           response=t.BackfillOut)
+def backfill_task(caller: Caller, body: t.BackfillIn, task_id: s.TaskId) -> t.BackfillOut:
+    # audited by the core (task.backfill, in the transaction that queues the runs)
+    done = scheduler_of(current_app).backfill(task_id, body.start_ms, body.end_ms, by=caller.name,
+                                              reason=body.reason, dry_run=body.dry_run)
+    return t.BackfillOut(task_id=done.task_id, count=done.count, first_ms=done.first_ms, last_ms=done.last_ms,
+                         new=done.new, again=done.again, already=done.already, queued=done.queued,
+                         dry_run=done.dry_run)
