@@ -41,6 +41,7 @@ from webapp import (
     overview,
     task_backfill,
     tasks,
+    timeline,
     users,
 )
 from webapp import runs as run_history
@@ -121,8 +122,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_scheduler"] = scheduler
     app.extensions["hai_reach"] = make_reach(app, scheduler)
     bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))
-    for module in (health, auth, overview, tasks, task_backfill, run_history, executions, logs, notifications, alerts,
-                   nodes, audit, users):
+    for module in (health, auth, overview, tasks, task_backfill, timeline, run_history, executions, logs, notifications,
+                   alerts, nodes, audit, users):
         app.register_blueprint(module.bp)
     app.register_blueprint(user_tokens_blueprint)
     app.register_blueprint(api_blueprint)

@@ -281,8 +281,8 @@ def required_role(view: Callable[..., Any]) -> str | None:
 
 def _template_globals() -> dict[str, Any]:
     links = [(endpoint, label) for endpoint, label in (
-        ("overview.index", "Overview"), ("tasks.index", "Tasks"), ("runs.index", "Runs"),
-        ("executions.index", "Executions"),
+        ("overview.index", "Overview"), ("tasks.index", "Tasks"), ("timeline.index", "Timeline"),
+        ("runs.index", "Runs"), ("executions.index", "Executions"),
         ("logs.index", "Logs"), ("notifications.index", "Notifications"), ("nodes.index", "Nodes"),
         ("audit.index", "Audit"), ("users.index", "Users")) if endpoint in current_app.view_functions
         and (endpoint != "users.index" or (g.get("user") is not None and g.user.can("admin")))]

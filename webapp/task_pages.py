@@ -6,8 +6,8 @@ is decided by the routes in ``webapp/tasks.py``; they call these to show the res
 - ``schedule_preview``: what a cron expression being typed means in a zone (its next fire times),
   or why it is refused
 - ``render_form``: the create / edit form, with the time zone suggestions and the preview
-- ``render_detail``: a task's page: its masked definition, next runs with their DST notes, state
-  and history
+- ``render_detail``: a task's page: its masked definition, next runs with their DST notes, state,
+  run durations (``duration_chart.py``) and history
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from flask.typing import ResponseReturnValue
 from scheduler_core.cron import dst_note
 from scheduler_core.errors import ConfigError, InvalidCronError
 from scheduler_core.model import TaskDefinition
+from scheduler_core.runtime.schedule_description import RecentRun
 from scheduler_core.task_policies import CATCHUP_WINDOW_MAX_MS
+from webapp.duration_chart import RUNS, duration_chart
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, METHODS, SECTIONS, TaskForm, cron_error
@@ -101,4 +103,5 @@ def render_detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str,
                            run_notes=[dst_note(task.cron, task.timezone, ms) for ms in next_runs],
                            history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
                            log_links=log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker,
-                           counts=ops.schedule_counts(task.id))
+                           counts=ops.schedule_counts(task.id),
+                           durations=duration_chart([RecentRun.of(e) for e in ops.occurrences(task.id, RUNS).rows]))

@@ -50,8 +50,12 @@ def seed(dashboard: Dashboard) -> dict[str, str]:
                           task_id=LONG_ID, source="manual:" + LONG_USER)
             log.update(error=LONG_ERROR if i % 3 == 0 else None, node_id="node-" + "n" * 60, duration_ms=1234)
             rows.append(log)
-            journal.append(execution_row(f"seed-occ-{i:03d}-" + "o" * 40, now - i * 60_000,
-                                         status="failed" if i % 3 == 0 else "success", task_id=LONG_ID))
+            status = "failed" if i % 3 == 0 else "success"
+            attempt = {"log_id": log["id"], "attempt": 1, "sequence": 1, "node_id": log["node_id"],
+                       "started_at": now - i * 60_000, "finished_at": now - i * 60_000 + 400 + 97 * (i % 13),
+                       "status": status}  # durations for the task page's chart
+            journal.append({**execution_row(f"seed-occ-{i:03d}-" + "o" * 40, now - i * 60_000, status=status,
+                                            task_id=LONG_ID), "attempts": [attempt]})
         insert_rows(engine, logs, rows)
         insert_rows(engine, executions, journal)
         unknown = abandon_running_execution(engine, "charge_cards.2", started=True, lease_ms=1000)

@@ -125,6 +125,8 @@ def walk(browser: Any, dashboard: Dashboard, seeded: dict[str, str]) -> Iterator
                 login(page, dashboard)
                 if not result.pages:
                     result.pages = _discover(page, dashboard, ids, result)
+                    # the seeded task with runs: its page draws the duration chart (the walk met another)
+                    result.pages.append(f"/tasks/view/{seeded['task']}")
                 for path in [*result.pages, MISSING]:
                     page.goto(dashboard(path))
                     _check(page, path, f"{size}-{scheme}", result)
@@ -136,7 +138,7 @@ def walk(browser: Any, dashboard: Dashboard, seeded: dict[str, str]) -> Iterator
 EXPECTED = ("/", "/tasks/", "/tasks/view/*", "/tasks/edit/*", "/tasks/new", "/tasks/backfill/*", "/executions/",
             "/executions/unknown", "/logs/", "/logs/entry/*", "/logs/failures", "/notifications/",
             "/notifications/dead", "/notifications/unknown", "/notifications/templates", "/notifications/alerts/",
-            "/nodes/", "/audit/", "/users/", "/users/manage/*")
+            "/nodes/", "/audit/", "/users/", "/users/manage/*", "/timeline/")
 
 
 def test_the_walk_reaches_every_page(walk: Walk, dashboard: Dashboard) -> None:
@@ -229,5 +231,26 @@ def test_the_keyboard_focus_ring_stands_out_in_both_themes(browser: Any, dashboa
         assert "no ring" not in colours.values(), colours
         assert _contrast(colours["field"], colours["surface"]) >= 3, colours
         assert _contrast(colours["link"], colours["bar"]) >= 3, colours
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_duration_chart_is_readable(browser: Any, dashboard: Dashboard, seeded: dict[str, str],
+                                        size: str) -> None:
+    """The task page's chart fits the screen and its labels stay at least 8 px tall."""
+    context = browser.new_context(viewport=SIZES[size], color_scheme="dark")
+    try:
+        page = context.new_page()
+        login(page, dashboard)
+        page.goto(dashboard(f"/tasks/view/{seeded['task']}"))
+        chart = page.locator("figure.chart", has=page.locator("#dur-title"))
+        box = chart.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= SIZES[size]["width"]
+        heights = page.eval_on_selector_all("figure.chart:has(#dur-title) text.chart-label",
+                                            "els => els.map(e => e.getBoundingClientRect().height)")
+        assert heights and min(heights) >= 8, heights
+        assert page.locator(".dur-cross").count() == 20  # every third of the 60 seeded runs failed
+        chart.screenshot(path=str(screenshot_dir() / f"duration-chart-{size}-dark.png"))
     finally:
         context.close()
