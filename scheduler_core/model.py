@@ -9,6 +9,7 @@ from typing import Any
 
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.cron.expressions import MAX_CRON_LENGTH
+from scheduler_core.cron.jitter import check_jitter, jitter_delay
 from scheduler_core.errors import ConfigError
 from scheduler_core.masking import mask_values, masked_handler
 from scheduler_core.statuses import (
@@ -40,6 +41,7 @@ OWNER_MAX = 255
 DESCRIPTION_MAX = 10_000
 PAUSE_ON_FAILURE_MAX = 100
 MAX_RUNS_MAX = 1_000_000
+JITTER_MAX_MS = 12 * 3_600_000
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,12 @@ class TaskDefinition:
         "count) have started; the last one ends as its handler says. Enabling it again starts a new count. "
         "Empty: no limit.",
         max_length=MAX_RUNS_MAX, example=5, invalid=MAX_RUNS_MAX + 1), None)
+    jitter_ms: int | None = declare(TaskField(  # None: each occurrence starts at its minute
+        "Jitter (ms)", Widget.COUNT, Section.SCHEDULE,
+        "Delay each scheduled occurrence by up to this many milliseconds, the same amount on every node and "
+        "for a re-run (derived from its occurrence id), so that many tasks on one minute do not start at "
+        "once. At most half the shortest time between two of its fire times, and 12 hours. Empty: none.",
+        max_length=JITTER_MAX_MS, example=30_000, invalid=JITTER_MAX_MS + 1), None)
     runbook_url: str | None = declare(TaskField(  # shown where an operator decides about this task's runs
         "Runbook URL", Widget.LINE, Section.TASK, "Where an operator reads what to do when a run fails or its outcome "
         "is unknown (http or https); linked from the task's page.", max_length=RUNBOOK_URL_MAX,
@@ -163,6 +171,15 @@ class TaskDefinition:
     def due_at(self, minute_ms: int) -> bool:
         """Whether its calendar lets the cron fire at ``minute_ms`` (a minute the cron names)."""
         return self.calendar is None or self.calendar.allows(minute_ms, self.timezone)
+
+    def start_of(self, minute_ms: int) -> int:
+        """When the cron occurrence of ``minute_ms`` is to start: its minute, delayed by its jitter."""
+        return minute_ms + jitter_delay(self.id, minute_ms, self.jitter_ms)
+
+    def delayed_start(self, minute_ms: int) -> int | None:
+        """A jittered occurrence's delayed start (docs/semantics.md O8); None: at its minute."""
+        start = self.start_of(minute_ms)
+        return start if start > minute_ms else None
 
     def upcoming(self, after_ms: int, count: int) -> list[int]:
         """Its next ``count`` fire minutes after ``after_ms``, its calendar applied."""
@@ -224,6 +241,9 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
     overlap = OverlapPolicy.parse(task.overlap)
     check_optional_int(task.pause_on_failure, "pause_on_failure", 1, PAUSE_ON_FAILURE_MAX)
     check_optional_int(task.max_runs, "max_runs", 1, MAX_RUNS_MAX)
+    check_optional_int(task.jitter_ms, "jitter_ms", 1, JITTER_MAX_MS)
+    if task.jitter_ms is not None and not stored:
+        check_jitter(cron, timezone, task.jitter_ms)
     calendar = Calendar.parse(task.calendar)
     if task.node_group is not None:
         check_group(task.node_group, "node_group")
@@ -305,6 +325,9 @@ class Execution:
     resolution_reason: str | None
     created_at: int
     updated_at: int
+    # A jittered cron occurrence: no node claims it before this (DB clock); its fire lateness is
+    # counted from here, not from its minute (docs/semantics.md O8). None: its minute.
+    not_before: int | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -84,6 +84,7 @@ tasks = Table(
     Column("max_runs", Integer, nullable=True),  # scheduled runs after which it disables itself (migration 0021)
     Column("runs_counted", Integer, nullable=False, server_default="0"),  # started since (re-)enabled
     _ms("limit_reached_at", nullable=True),  # it disabled itself on reaching max_runs (DB clock)
+    Column("jitter_ms", Integer, nullable=True),  # each scheduled occurrence's start delayed up to this (0022)
     Index(None, "updated_at"),
     Index(None, "paused_at", "id"),  # the task.paused alert's scan (migration 0020)
     Index(None, "managed_by"),  # tasks apply --prune

@@ -51,7 +51,11 @@ class BackfillResult:
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+    """``ms`` as ISO 8601 in UTC; beyond the year 9999 (a unix ms can say it), as ms."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, ValueError, OSError):
+        return f"{ms} ms"
 
 
 def check_range(start_ms: object, end_ms: object, now_ms: int) -> tuple[int, int]:

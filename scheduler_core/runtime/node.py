@@ -310,7 +310,8 @@ class Node:
                 occurrence_id=occurrence_id, task_id=due.task_id, task_revision=due.revision, trigger=Trigger.CRON,
                 max_attempts=task.max_attempts, token=str(uuid.uuid5(self._token_namespace, occurrence_id)),
                 scheduled_minute=due.minute_ms, retry=occurrence_id in self._unanswered,
-                waiting_limit=task.overlap_policy.waiting_limit, run_limited=task.max_runs is not None))
+                waiting_limit=task.overlap_policy.waiting_limit, run_limited=task.max_runs is not None,
+                not_before=task.delayed_start(due.minute_ms)))
         if not requests:
             return
         try:  # the tasks version after the claim, read in its transaction (_definitions_after_claim)
@@ -392,3 +393,4 @@ class Node:
             problem = definition_problem(runner.owned.execution, definitions.get(runner.owned.execution.task_id))
             if problem:
                 runner.signal.cancel(problem)
+

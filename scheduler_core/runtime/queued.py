@@ -1,5 +1,6 @@
 """Queued rows: catch-up runs and manual triggers journaled ``queued`` for a node able to run
-them, and cron occurrences waiting for their task's slot (its overlap policy; docs/semantics.md).
+them, cron occurrences waiting for their task's slot (its overlap policy; docs/semantics.md), and
+jittered cron occurrences waiting for their delayed start (O8).
 A node's tick claims those it can run, up to its free capacity, after the occurrences due in the
 same tick, and ends those nobody can run."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from scheduler_core.model import Execution
 from scheduler_core.runtime.context import RuntimeContext
@@ -14,7 +16,7 @@ from scheduler_core.runtime.planner import Planner
 from scheduler_core.runtime.recovery import claimed_execution, queued_request
 from scheduler_core.runtime.runner import SUPERSEDED, Ownership, Runner
 from scheduler_core.statuses import ExecutionStatus, Trigger
-from scheduler_core.store import ClaimOutcome
+from scheduler_core.store import ClaimOutcome, ClaimRequest
 
 QUEUED_BATCH = 200  # queued rows read per scan
 
@@ -31,17 +33,23 @@ class QueuedClaims:
         self.free_capacity = free_capacity
         self.submit = submit
         self._seen: int | None = None  # newest queued row when a scan found none this node runs
+        self._wake: int | None = None  # the next delayed start of a jittered occurrence (DB clock)
 
     def scan(self, latest_queued: int | None, now_ms: int) -> None:
         """Own the queued rows this node can run (up to its free capacity); end those nobody can
-        run. Until a newer row is queued, a scan that found none of ours is not repeated."""
-        if latest_queued is None or latest_queued == self._seen:
+        run. Until a newer row is queued, or a jittered one's delayed start comes, a scan that
+        found none of ours is not repeated."""
+        if latest_queued is None:
+            self._wake = None
+            return
+        if latest_queued == self._seen and (self._wake is None or now_ms < self._wake):
             return
         rows = self.ctx.handoff.queued(QUEUED_BATCH)
+        self._wake = self.ctx.handoff.next_delayed()
         self._supersede(rows)
         runnable = [e for e in rows if self.runnable(e.task_id)]
         mine = _first_of_each_task([e for e in runnable if not self._held(e, now_ms)])
-        requests = [queued_request(e, str(uuid.uuid4())) for e in mine[:self.free_capacity()]]
+        requests = [self._request(e) for e in mine[:self.free_capacity()]]
         results = self.ctx.handoff.claim_queued(requests) if requests else []
         claimed = {r.occurrence_id for r in results if r.outcome == ClaimOutcome.CLAIMED}
         for r in requests:
@@ -50,6 +58,15 @@ class QueuedClaims:
                                                        reread=True)))
         self._end_unrunnable([e for e in rows if not self.runnable(e.task_id)], now_ms)
         self._seen = latest_queued if not runnable else None  # rows it can run wait: scan again next tick
+
+    def _request(self, execution: Execution) -> ClaimRequest:
+        """The claim of a queued row; a jittered one with its task's overlap policy (whether it
+        waits for a held slot, ``journal.claim_queued``)."""
+        request = queued_request(execution, str(uuid.uuid4()))
+        task = self.planner.task(execution.task_id)
+        if execution.not_before is None or task is None:
+            return request
+        return replace(request, waiting_limit=task.overlap_policy.waiting_limit)
 
     def _held(self, execution: Execution, now_ms: int) -> bool:
         """A buffered cron occurrence of a paused task waits on, until the task is resumed (a pause

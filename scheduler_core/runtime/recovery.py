@@ -112,7 +112,7 @@ def claimed_execution(r: ClaimRequest, node_id: str) -> Execution:
         status=ExecutionStatus.RUNNING,
         reason=None, sequence=1, attempt=0, max_attempts=r.max_attempts, execution_token=r.token,
         owner_node=node_id, lease_until=None, attempts=(), log_persistence=None, resolved_by=None,
-        resolution_reason=None, created_at=0, updated_at=0)
+        resolution_reason=None, created_at=0, updated_at=0, not_before=r.not_before)
 
 
 def queued_request(execution: Execution, token: str) -> ClaimRequest:
@@ -120,7 +120,8 @@ def queued_request(execution: Execution, token: str) -> ClaimRequest:
     return ClaimRequest(occurrence_id=execution.occurrence_id, task_id=execution.task_id,
                         task_revision=execution.task_revision, trigger=execution.trigger,
                         max_attempts=execution.max_attempts, token=token, source=execution.source,
-                        idempotency_key=execution.idempotency_key, scheduled_minute=execution.scheduled_minute)
+                        idempotency_key=execution.idempotency_key, scheduled_minute=execution.scheduled_minute,
+                        not_before=execution.not_before)
 
 
 def _closed(attempt: Attempt) -> Attempt:

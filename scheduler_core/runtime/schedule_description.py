@@ -49,7 +49,7 @@ class RecentRun:
 class ScheduleDescription:
     task_id: str
     state: TaskStateName
-    next_fire_times: list[int]  # unix ms, the calendar applied ([] while disabled)
+    next_fire_times: list[int]  # unix ms, the calendar and the jitter applied ([] while disabled)
     last_runs: list[RecentRun]  # newest first
     counts: ScheduleCounts
     paused_by_failure: int  # pauses by pause_on_failure in the audit trail
@@ -64,7 +64,8 @@ def describe(ops: TaskOperations, audit: AuditRepository, task_id: str) -> Sched
     state = ops.state(task_id)
     last = ops.occurrences(task_id, LAST_RUNS).rows
     counts = ops.schedule_counts(task_id)
-    return ScheduleDescription(task.id, state.state, ops.next_runs(task, NEXT_FIRES), [RecentRun.of(e) for e in last],
+    starts = [task.start_of(minute) for minute in ops.next_runs(task, NEXT_FIRES)]  # after jitter (O8)
+    return ScheduleDescription(task.id, state.state, starts, [RecentRun.of(e) for e in last],
                                counts, audit.count(PAUSED_BY, "task.pause", task_id), task.runs_counted,
                                None if task.max_runs is None else max(0, task.max_runs - task.runs_counted),
                                task.limit_reached_at)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 
 from scheduler_core.db.clock import db_now_ms
 from scheduler_core.db.tables import audit_log, executions
@@ -60,12 +60,23 @@ class HandoffRepository:
         return {r.occurrence_id: (ExecutionStatus(r.status), r.missed_until is not None) for r in rows}
 
     def queued(self, limit: int) -> list[Execution]:
-        """The oldest queued rows, by (created_at, occurrence_id) on the status index; catch-up runs
-        journaled together come in the order of their minutes."""
-        query = (select(executions).where(executions.c.status == ExecutionStatus.QUEUED)
+        """The oldest queued rows that may be claimed now, by (created_at, occurrence_id) on the
+        status index; catch-up runs journaled together come in the order of their minutes. A
+        jittered cron occurrence is left out until its delayed start (``next_attempt_at``)."""
+        query = (select(executions).where(executions.c.status == ExecutionStatus.QUEUED,
+                                          or_(executions.c.next_attempt_at.is_(None),
+                                              executions.c.next_attempt_at <= db_now_ms()))
                  .order_by(executions.c.created_at, executions.c.scheduled_minute, executions.c.occurrence_id)
                  .limit(limit))
         return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
+
+    def next_delayed(self) -> int | None:
+        """The earliest delayed start (DB clock) of a queued jittered occurrence still to come;
+        None when none waits for its time."""
+        query = select(func.min(executions.c.next_attempt_at)).where(
+            executions.c.status == ExecutionStatus.QUEUED, executions.c.next_attempt_at > db_now_ms())
+        found = read(self.engine, lambda conn: conn.execute(query).scalar())
+        return None if found is None else int(found)
 
     def claim_queued(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         """Own queued rows and take their tasks' slots, in one transaction (``journal.claim_queued``:

@@ -80,7 +80,8 @@ def stop_nodes(procs: list[subprocess.Popen[str]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
-            failures.append(f"node did not stop on SIGTERM: {err[:4000]} ... {err[-1500:]}")
+            failures.append(f"node did not stop on SIGTERM (its stderr's end: a close() over 40 s dumps every "
+                            f"thread's stack there): ... {err[-8000:]}")
             continue
         if proc.returncode != 0:
             failures.append(f"node exited with {proc.returncode}: {err[-3000:]}")

@@ -21,6 +21,7 @@ minute is listed.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -101,7 +102,9 @@ def main() -> None:
         log = scheduler.trigger(trigger["task"], source=node_id, idempotency_key=trigger.get("key"))
         _append(effects, f"triggered {node_id} {log.occurrence_id} {log.id} {log.status}")
     wait_for_stop(stop, options.get("max_seconds", 120))
+    faulthandler.dump_traceback_later(40)  # a close() that hangs shows where (stop_nodes prints stderr)
     scheduler.close()
+    faulthandler.cancel_dump_traceback_later()
     engine.dispose()
 
 

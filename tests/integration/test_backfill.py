@@ -111,6 +111,7 @@ def test_past_minutes_are_queued_once_and_what_ran_is_left(make_node: Any, engin
     ({"start_ms": True}, "start_ms"),
     ({"end_ms": None}, "end_ms"),
     ({"start_ms": 2, "end_ms": 1}, "end_ms"),  # reversed
+    ({"end_ms": 2**53 - 1}, "end_ms"),  # the last unix ms there is: in the future, said without a date (was a 500)
     ({"end_ms": "future"}, "end_ms"),
     ({"end_ms": "current"}, "end_ms"),  # the current minute is the scheduler's
     ({"start_ms": "far"}, "end_ms"),  # over the cap

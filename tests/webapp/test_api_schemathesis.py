@@ -10,7 +10,8 @@ with its reason, never by turning a check off:
 
 - ``positive_data_acceptance`` (a request the document allows is not refused): a few values have
   rules no JSON Schema holds -- a cron expression, an IANA time zone, a handler's settings, the
-  task search's ``field:value`` language -- so those operations may answer 422 to a request the
+  task search's ``field:value`` language, a backfill's range (past, in order, at most 1,000 fire
+  times) -- so those operations may answer 422 to a request the
   document allows (``SEMANTIC``); and a request line longer than gunicorn reads (4094 bytes)
   is 414 whatever the document allows, as percent-encoded values of the longest lengths it
   allows can make one.
@@ -23,7 +24,7 @@ with its reason, never by turning a check off:
   ``PATCH /tasks/{task_id}`` of task ``pause/x``, not an undeclared method of
   ``/tasks/pause/{task_id}``, and ``OPTIONS`` there lists both paths' methods:
   ``unsupported_method`` and ``allow_header_conformance`` are not asked of another method than
-  the operation's own on those three action paths.
+  the operation's own on those four action paths.
 - A "negative" case whose invalid parts never reach the server as invalid is not asked to be
   refused (``negative_data_rejection``): its Authorization header (this test always sends the
   role's real token instead) and query values that are one-element lists whose one value the
@@ -65,10 +66,10 @@ from webapp.api.openapi import document
 
 pytestmark = pytest.mark.slow
 MAX_EXAMPLES = 25  # per operation and phase: about 1,500 requests per role, within a minute or two here
-SEMANTIC = ("create_task", "update_task", "list_tasks")
+SEMANTIC = ("create_task", "update_task", "list_tasks", "backfill_task")  # backfill: a past range, capped
 REFUSALS = ["400", "401", "403", "404", "405", "406", "409", "413", "414", "415", "422", "428", "429"]
 ACCEPTANCES = ["2xx", "401", "403", "404", "409", "414", "429"]
-ACTION_PATHS = re.compile(r"^/api/v1/tasks/(?:pause|resume|trigger)/\{task_id\}$")
+ACTION_PATHS = re.compile(r"^/api/v1/tasks/(?:pause|resume|trigger|backfill)/\{task_id\}$")
 
 # Every check schemathesis has: a new one in a later version runs here too.
 load_all_checks()

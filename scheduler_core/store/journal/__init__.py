@@ -6,7 +6,7 @@ from-status, to-status, function, who, guard -- as docs/semantics.md ("6a. Journ
 does; tests/unit/test_journal_transitions.py checks the two against each other, and
 tests/unit/test_journal_ownership.py that no module outside this package writes the table."""
 
-from scheduler_core.store.journal.claims import buffer, claim, skip
+from scheduler_core.store.journal.claims import buffer, claim, delay, skip
 from scheduler_core.store.journal.expiry import mark_interrupted, mark_unknown, take_over
 from scheduler_core.store.journal.handoff import backfill, claim_queued, enqueue, miss, requeue, settle_queued
 from scheduler_core.store.journal.owners import begin, finish, give_up, renew
@@ -51,6 +51,7 @@ __all__ = [
     "buffer",
     "claim",
     "claim_queued",
+    "delay",
     "deletable",
     "delete_retained",
     "enqueue",

@@ -17,9 +17,10 @@ from scheduler_core.store.dialect import Batch, insert_ignore_many, run
 from scheduler_core.store.journal.rows import ClaimOutcome, ClaimRequest, ClaimResult, Writer, identity, new_row
 from scheduler_core.store.journal.run_limits import SPENT_REASON, count_runs, lock_limits, over_limit
 from scheduler_core.store.journal.slots import take_slots
-from scheduler_core.store.journal.transitions import BUFFER, CLAIM, SKIP
+from scheduler_core.store.journal.transitions import BUFFER, CLAIM, DELAY, SKIP
 from scheduler_core.store.totals import Tally, lock_tasks
 
+JITTER_REASON = "jitter"
 Journaled = tuple[str | None, ExecutionStatus, int]  # an existing row's token, status and attempt
 
 
@@ -33,6 +34,8 @@ def claim(conn: Connection, writer: Writer, requests: Sequence[ClaimRequest]) ->
       wait (``waiting_limit``, the task's overlap policy), ``queued`` behind the others waiting
       (``buffer``); beyond the limit, ``skipped`` (``buffer_full``). While some wait, a new
       occurrence of the task waits behind them even if the slot is free: they start in order.
+    - A jittered cron occurrence (``not_before``) is journaled ``queued`` until its delayed start
+      (``delay``): it takes no slot now, and is claimed from the queue (``handoff.claim_queued``).
     - A scheduled occurrence of a task whose ``max_runs`` is spent is ``skipped`` (``max_runs``);
       the seat that reaches the limit disables the task (``run_limits``).
     - A ``retry`` request whose row is journaled with its own token is an earlier claim of
@@ -60,7 +63,9 @@ def claim(conn: Connection, writer: Writer, requests: Sequence[ClaimRequest]) ->
             tokens = {oid: token for oid, (token, _, _) in _journaled(conn, writer, fresh).items()}
             won = [r for r in fresh if tokens.get(r.occurrence_id) == r.token]
     spent = over_limit(limits, won)
-    won = [r for r in won if r not in spent]
+    delayed = [r for r in won if r not in spent and r.not_before is not None]
+    delay(conn, delayed)
+    won = [r for r in won if r not in spent and r.not_before is None]
     waiting = _waiting(conn, won)
     seated = take_slots(conn, writer.statements, [r for r in won if not waiting.get(r.task_id)])
     count_runs(conn, limits, [r for r in won if r.occurrence_id in seated])
@@ -78,7 +83,7 @@ def claim(conn: Connection, writer: Writer, requests: Sequence[ClaimRequest]) ->
     skip(conn, spent, SPENT_REASON)
     outcomes = {r.occurrence_id: ClaimOutcome.CLAIMED for r in won}
     outcomes.update({r.occurrence_id: ClaimOutcome.SKIPPED for r in [*unseated, *spent]})
-    outcomes.update({r.occurrence_id: ClaimOutcome.WAITING for r in buffered})
+    outcomes.update({r.occurrence_id: ClaimOutcome.WAITING for r in [*buffered, *delayed]})
     for r in requests:
         if r.occurrence_id in earlier:
             outcomes[r.occurrence_id] = _earlier_outcome(r, *earlier[r.occurrence_id])
@@ -105,6 +110,16 @@ def buffer(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
         conn.execute(update(executions).where(executions.c.occurrence_id.in_([r.occurrence_id for r in requests]))
                      .values(status=BUFFER.only_target, reason="buffered", execution_token=None, owner_node=None,
                              lease_until=None, updated_at=db_now_ms()))
+
+
+def delay(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
+    """Jittered cron occurrences this transaction journaled ``running``: ``queued``, reason
+    ``jitter``, unowned, not claimed before ``next_attempt_at`` (their delayed start; one
+    statement per start time, as each has its own)."""
+    for r in requests:
+        conn.execute(update(executions).where(executions.c.occurrence_id == r.occurrence_id)
+                     .values(status=DELAY.only_target, reason=JITTER_REASON, execution_token=None, owner_node=None,
+                             lease_until=None, next_attempt_at=r.not_before, updated_at=db_now_ms()))
 
 
 def _waiting(conn: Connection, won: Sequence[ClaimRequest]) -> dict[str, int]:

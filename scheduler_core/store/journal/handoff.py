@@ -91,7 +91,8 @@ def claim_queued(conn: Connection, writer: Writer, requests: Sequence[ClaimReque
     lease; one that is not any more (another node took it) is ``exists``. Whose slot is busy: a
     manual trigger is ``skipped`` (``slot_busy``), as its claim on the triggering node would have
     been; a catch-up or backfill run, or a cron occurrence its overlap policy buffered (``claims.buffer``), is
-    queued again (``waiting``: it waits for the slot, in order). A catch-up run or buffered cron
+    queued again (``waiting``: it waits for the slot, in order); a jittered cron occurrence waits
+    if its task's overlap policy buffers, and is ``skipped`` (``slot_busy``) if not. A catch-up run or buffered cron
     occurrence of a task whose ``max_runs`` is spent is ``skipped`` (``max_runs``); a seat counts
     a run (``run_limits``).
     """
@@ -102,9 +103,8 @@ def claim_queued(conn: Connection, writer: Writer, requests: Sequence[ClaimReque
     won.sort(key=lambda r: r.scheduled_minute or 0)  # a task's slot goes to its earliest minute
     seated = take_slots(conn, writer.statements, won)
     count_runs(conn, limits, [r for r in won if r.occurrence_id in seated])
-    waits = (Trigger.CATCHUP, Trigger.CRON, Trigger.BACKFILL)
-    waiting = [r for r in won if r.occurrence_id not in seated and r.trigger in waits]
-    skipped = [r for r in won if r.occurrence_id not in seated and r.trigger not in waits]
+    waiting = [r for r in won if r.occurrence_id not in seated and _waits(r)]
+    skipped = [r for r in won if r.occurrence_id not in seated and not _waits(r)]
     requeue(conn, waiting)
     skip(conn, skipped)
     skip(conn, spent, SPENT_REASON)
@@ -112,6 +112,15 @@ def claim_queued(conn: Connection, writer: Writer, requests: Sequence[ClaimReque
     outcomes.update({r.occurrence_id: ClaimOutcome.WAITING for r in waiting})
     outcomes.update({r.occurrence_id: ClaimOutcome.SKIPPED for r in [*skipped, *spent]})
     return [ClaimResult(r.occurrence_id, outcomes.get(r.occurrence_id, ClaimOutcome.EXISTS)) for r in requests]
+
+
+def _waits(r: ClaimRequest) -> bool:
+    """Whether a queued row whose slot is held waits on for it: a catch-up or backfill run, a
+    buffered cron occurrence; a jittered one only when its task's overlap policy lets it wait
+    (``waiting_limit``: it meets the held slot at its delayed start as at its minute)."""
+    if r.trigger == Trigger.CRON and r.not_before is not None:
+        return r.waiting_limit > 0
+    return r.trigger in (Trigger.CATCHUP, Trigger.CRON, Trigger.BACKFILL)
 
 
 def _own(conn: Connection, writer: Writer, r: ClaimRequest) -> bool:

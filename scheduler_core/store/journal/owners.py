@@ -124,7 +124,7 @@ def finish(conn: Connection, writer: Writer, requests: Sequence[FinishRequest], 
     won = set(owner_write(conn, OWNED, ids, lambda: update(executions).where(_owned_batch(batch)).values(
         status=batch.value("status"), reason=batch.value("reason"), attempts=batch.value("attempts"),
         attempt=batch.value("attempt"), log_persistence=batch.value("log_persistence"),
-        lease_until=None, next_attempt_at=None, updated_at=touch(conn)), batch.params, writer.statements, "finish"))
+        lease_until=None, updated_at=touch(conn)), batch.params, writer.statements, "finish"))
     tally = Tally()
     for r in (r for r in requests if r.occurrence_id in won):
         tally.execution(r.execution.task_id, r.status)

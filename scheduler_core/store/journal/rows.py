@@ -62,6 +62,9 @@ class ClaimRequest:
     # The task has a ``max_runs`` (as the claimer knows it): the claim locks and reads its limit
     # (``run_limits``); a claim of a task without one reads nothing more.
     run_limited: bool = False
+    # A jittered cron occurrence: journaled ``queued`` (reason ``jitter``) until this time (DB
+    # clock), then claimed from the queue like a buffered one (docs/semantics.md O8). None: now.
+    not_before: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,15 @@ class BeginRequest:
 def first_lateness(execution: Execution, attempts: Sequence[Attempt]) -> tuple[str, int] | None:
     """The fire lateness to count, with its task, when ``execution``'s ownership ends (its owner's
     terminal commit, a takeover, the expiry to ``unknown``): a cron occurrence whose first owner
-    (sequence 1) began attempt 1, that attempt's start minus the scheduled minute; None otherwise.
-    Only the first ownership's end counts it, so each occurrence counts once: its first owner's
-    begin is not the place (a begin batch is on the path of every start; bench/PROFILE.md)."""
+    (sequence 1) began attempt 1, that attempt's start minus the scheduled minute (a jittered
+    one's: minus its delayed start, ``not_before``); None otherwise. Only the first ownership's
+    end counts it, so each occurrence counts once: its first owner's begin is not the place (a
+    begin batch is on the path of every start; bench/PROFILE.md)."""
     if execution.trigger != Trigger.CRON or execution.scheduled_minute is None or execution.sequence != 1:
         return None
     first = next((a for a in attempts if (a.attempt, a.sequence) == (1, 1)), None)
-    return None if first is None else (execution.task_id, first.started_at - execution.scheduled_minute)
+    due = max(execution.scheduled_minute, execution.not_before or 0)  # a jittered one: its delayed start
+    return None if first is None else (execution.task_id, first.started_at - due)
 
 
 @dataclass(frozen=True)
@@ -191,4 +196,5 @@ def execution_from_row(row: Row[Any]) -> Execution:
         attempts=tuple(Attempt.from_json(a) for a in attempts_raw or ()),
         log_persistence=data["log_persistence"], resolved_by=data["resolved_by"],
         resolution_reason=data["resolution_reason"], created_at=to_ms(data["created_at"], "created_at"),
-        updated_at=to_ms(data["updated_at"], "updated_at"))
+        updated_at=to_ms(data["updated_at"], "updated_at"),
+        not_before=optional_ms(data.get("next_attempt_at"), "next_attempt_at"))

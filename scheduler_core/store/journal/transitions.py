@@ -66,6 +66,9 @@ SKIP = Transition("skip", (S.RUNNING,), (S.SKIPPED,), "the claiming node, in the
 BUFFER = Transition("buffer", (S.RUNNING,), (S.QUEUED,), "the claiming node, in the claim's transaction",
                     "a cron occurrence whose task's slot is held, or others wait for it, and whose overlap policy "
                     "lets it wait (reason buffered), below its limit counted under the task's lock")
+DELAY = Transition("delay", (S.RUNNING,), (S.QUEUED,), "the claiming node, in the claim's transaction",
+                   "a cron occurrence of a task with a jitter: queued (reason jitter) until its delayed start, "
+                   "next_attempt_at")
 ENQUEUE = Transition("enqueue", (), (S.QUEUED,),
                      "a node that cannot run the task (manual trigger), the gap check (catch-up run), an operator's "
                      "backfill", NOT_JOURNALED)
@@ -98,5 +101,5 @@ DELETE_RETAINED = Transition("delete_retained", (S.SUCCESS, S.FAILED, S.INTERRUP
                              "changed before the retention (a keyed one: at least 30 days), no slot points at it, "
                              "logs not pending")
 
-TRANSITIONS = (CLAIM, SKIP, BUFFER, ENQUEUE, BACKFILL, MISS, CLAIM_QUEUED, REQUEUE, SETTLE_QUEUED, BEGIN, RENEW,
+TRANSITIONS = (CLAIM, SKIP, BUFFER, DELAY, ENQUEUE, BACKFILL, MISS, CLAIM_QUEUED, REQUEUE, SETTLE_QUEUED, BEGIN, RENEW,
                GIVE_UP, FINISH, TAKE_OVER, MARK_UNKNOWN, MARK_INTERRUPTED, RESOLVE, MARK_PERSISTED, DELETE_RETAINED)
