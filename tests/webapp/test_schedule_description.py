@@ -12,6 +12,7 @@ from flask import Flask
 
 from scheduler_core import TaskDefinition
 from scheduler_core.cron import MINUTE_MS
+from scheduler_core.cron.jitter import jitter_delay
 from scheduler_core.model import Attempt
 from scheduler_core.statuses import AttemptStatus, ExecutionStatus
 from scheduler_core.store import ClaimRequest, ExecutionRepository
@@ -127,3 +128,17 @@ def test_a_spent_run_limit_is_described_and_shown(db_app: Flask) -> None:
     page = browser.get(f"/tasks/view/{task.id}").get_data(as_text=True)
     assert "Disabled by its run limit" in page and "Enabling it starts a new count" in page
     assert "Skipped: its run limit was spent</dt><dd>1</dd>" in page
+
+
+def test_the_next_fire_times_are_delayed_by_the_jitter(db_app: Flask) -> None:
+    scheduler = scheduler_of(db_app)
+    task = scheduler.register(TaskDefinition(id="spread", name="Spread", cron="0 * * * *", jitter_ms=600_000))
+    now = db_now(scheduler.engine)
+    minutes = task.upcoming(now, 10)
+    described = scheduler.describe(task.id)
+    assert described.next_fire_times == [m + jitter_delay("spread", m, 600_000) for m in minutes]
+    assert any(start != minute for start, minute in zip(described.next_fire_times, minutes, strict=True))
+    browser = db_app.test_client()
+    Auth(browser).login()
+    page = browser.get("/tasks/view/spread").get_data(as_text=True)
+    assert "each run starts up to 10 min after its minute" in page and page.count("later (jitter)") == 5
