@@ -56,7 +56,7 @@ TASK_FORM: dict[str, Field] = {
     "retry_max_attempts": "1", "retry_backoff": "", "params": "", "url": "", "method": "POST", "headers": "",
     "body": "", "timeout": "", "enabled": "1", "idempotent": None, "delete_after_run": None,  # None: unchecked
     "node_group": "", "catchup_policy": "none", "catchup_window_ms": "3600000", "runbook_url": "",
-    "overlap_policy": "skip", "overlap_buffer_limit": "10", "pause_on_failure": "", "max_runs": "",
+    "overlap_policy": "skip", "overlap_buffer_limit": "10", "pause_on_failure": "", "max_runs": "", "jitter_ms": "",
     "owner": "", "calendar_from": "", "calendar_until": "", "calendar_exclude": "",
 }
 TASK_VERSION = _version(lambda w: scheduler_of(w.app).task_ops.get(w.task_of(w.endpoint)).updated_at)
