@@ -31,7 +31,8 @@ def index() -> ResponseReturnValue:
     filters = {"group": args.get("group", ""), "q": args.get("q", "")}
     try:
         numbers = {name: _number(args.get(name), name) for name in _NAMES}
-        shown = timeline(scheduler.refresh_tasks(), now, hours=_or(numbers["hours"], 24), start_ms=numbers["start"],
+        stored = scheduler.refresh_tasks(if_changed=True)  # the node's snapshot, unless a task changed since
+        shown = timeline(stored, now, hours=_or(numbers["hours"], 24), start_ms=numbers["start"],
                          group=filters["group"] or None, search=filters["q"], page=_or(numbers["page"], 1))
     except ConfigError as exc:
         return shown_again(render_template("timeline/index.html", timeline=None, filters=filters, windows=WINDOWS,

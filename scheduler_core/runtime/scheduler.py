@@ -45,6 +45,7 @@ from scheduler_core.store import (
     TaskRepository,
 )
 from scheduler_core.store.retention import PruneResult
+from scheduler_core.store.transactions import read
 from scheduler_core.store.users import AuditRepository
 from scheduler_core.validation import check_id, check_ms, check_optional_id, check_page
 
@@ -269,12 +270,14 @@ class Scheduler:
         run (``runtime/schedule_description.py``)."""
         return describe(self.task_ops, AuditRepository(self._engine), task_id)
 
-    def refresh_tasks(self) -> tuple[TaskDefinition, ...]:
-        """Re-read stored definitions; concurrent calls share one read."""
-        self.context()
+    def refresh_tasks(self, if_changed: bool = False) -> tuple[TaskDefinition, ...]:
+        """Re-read stored definitions (``if_changed``: only if the tasks version moved since the last
+        read, else one statement: a page of every task); concurrent calls share one read."""
+        ctx = self.context()
+        version = read(ctx.executions.engine, TaskRepository.version) if if_changed else None
         if self._refresh_lock.acquire(blocking=False):
             try:
-                self._reload()
+                self._reload(version)
             finally:
                 self._refresh_lock.release()
         else:

@@ -3,6 +3,7 @@ stored tasks and the journal; a refused argument is named on the page with a 400
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import uuid
@@ -14,6 +15,7 @@ from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
 from scheduler_core.db.tables import executions
+from scheduler_core.store import TaskRepository
 from tests.helpers.journal import execution_row, insert_rows
 from tests.webapp.conftest import Auth
 from webapp.duration_chart import percentile
@@ -81,3 +83,19 @@ def test_the_duration_chart_marks_failures_and_percentiles(app: Flask, viewer: F
     assert percentile(durations, 0.5) == 10_000 and percentile(durations, 0.95) == 19_000
     assert "Median (p50) 10.0 s, p95 19.0 s, longest 20.0 s" in body
     assert body.count('class="dur-cross"') == 10 and "failed, interrupted or unknown (10)" in body
+
+
+def test_a_task_another_process_stored_is_on_the_next_timeline(app: Flask, viewer: FlaskClient) -> None:
+    """The page reads the definitions again only when the tasks version moved: one stored by
+    another process (a tasks apply, another worker) shows at once, one changed disappears."""
+    scheduler_of(app).register(TaskDefinition(id="hourly", name="Hourly", cron="0 * * * *"))
+    assert "Hourly" in viewer.get("/timeline/").get_data(as_text=True)
+    other = TaskRepository(scheduler_of(app).engine)
+    other.insert(TaskDefinition(id="from-elsewhere", name="From elsewhere", cron="*/15 * * * *"))
+    body = viewer.get("/timeline/").get_data(as_text=True)
+    assert "From elsewhere" in body and "Hourly" in body
+    stored = other.get("hourly")
+    assert stored is not None
+    assert other.update(dataclasses.replace(stored, enabled=False), stored.revision) is not None
+    body = viewer.get("/timeline/").get_data(as_text=True)
+    assert "Hourly" not in body and "1 disabled, not shown" in body
