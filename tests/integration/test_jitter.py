@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
 from scheduler_core import TaskDefinition
@@ -87,6 +87,30 @@ def test_a_jittered_claim_waits_queued_until_its_delayed_start(make_node: Any, e
     (due,) = handoff.queued(10)
     assert (due.occurrence_id, due.not_before) == (row.occurrence_id, start)
     assert handoff.next_delayed() is None
+
+
+def test_a_claim_of_many_jittered_ones_delays_each_to_its_own_start_in_one_statement(engine: Engine) -> None:
+    """A busy minute of jittered tasks: the claim's delay is one UPDATE, whatever the count, and
+    each row keeps its own delayed start."""
+    now = db_now(engine)
+    minute = now - now % MINUTE_MS
+    requests = [_request(f"jit-{i}", minute, now + 10_000 + 997 * i) for i in range(30)]
+    delays: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE EXECUTIONS") and "next_attempt_at" in statement:
+            delays.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        results = ExecutionRepository(engine, "claimer", 60_000).claim(requests)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert {r.outcome for r in results} == {ClaimOutcome.WAITING}
+    assert len(delays) == 1, delays
+    for r in requests:
+        row = _row(engine, r.occurrence_id)
+        assert (row.status, row.reason, row.next_attempt_at) == ("queued", "jitter", r.not_before)
 
 
 @pytest.mark.parametrize(("waiting_limit", "outcome", "status", "reason"), [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.engine import Connection
 
 from scheduler_core.db.clock import db_now_ms
@@ -114,12 +114,15 @@ def buffer(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
 
 def delay(conn: Connection, requests: Sequence[ClaimRequest]) -> None:
     """Jittered cron occurrences this transaction journaled ``running``: ``queued``, reason
-    ``jitter``, unowned, not claimed before ``next_attempt_at`` (their delayed start; one
-    statement per start time, as each has its own)."""
-    for r in requests:
-        conn.execute(update(executions).where(executions.c.occurrence_id == r.occurrence_id)
-                     .values(status=DELAY.only_target, reason=JITTER_REASON, execution_token=None, owner_node=None,
-                             lease_until=None, next_attempt_at=r.not_before, updated_at=db_now_ms()))
+    ``jitter``, unowned, not claimed before ``next_attempt_at`` (their delayed start, each its
+    own: one statement, the start picked per occurrence id)."""
+    if not requests:
+        return
+    column = executions.c.occurrence_id
+    starts = case({r.occurrence_id: r.not_before for r in requests}, value=column)
+    conn.execute(update(executions).where(column.in_([r.occurrence_id for r in requests]))
+                 .values(status=DELAY.only_target, reason=JITTER_REASON, execution_token=None, owner_node=None,
+                         lease_until=None, next_attempt_at=starts, updated_at=db_now_ms()))
 
 
 def _waiting(conn: Connection, won: Sequence[ClaimRequest]) -> dict[str, int]:
