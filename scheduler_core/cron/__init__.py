@@ -26,6 +26,7 @@ from scheduler_core.cron.occurrence_ids import (
     cron_occurrence_id,
     manual_occurrence_id,
     new_occurrence_id,
+    random_id,
 )
 from scheduler_core.cron.zones import validate_timezone
 
@@ -41,6 +42,7 @@ __all__ = [
     "matches_wall",
     "new_occurrence_id",
     "next_fire_ms",
+    "random_id",
     "upcoming",
     "validate_cron",
     "validate_timezone",

@@ -7,11 +7,13 @@ forever.
 
 from __future__ import annotations
 
+import os
+import threading
 import uuid
 
 from scheduler_core.cron.fire_times import check_minute
 
-__all__ = ["OCCURRENCE_NAMESPACE", "cron_occurrence_id", "manual_occurrence_id", "new_occurrence_id"]
+__all__ = ["OCCURRENCE_NAMESPACE", "cron_occurrence_id", "manual_occurrence_id", "new_occurrence_id", "random_id"]
 
 # Fixed forever: changing it would give every cron occurrence a new id, so a rolling
 # upgrade would run the same minute twice.
@@ -34,7 +36,36 @@ def manual_occurrence_id(task_id: str, idempotency_key: str) -> str:
 
 def new_occurrence_id() -> str:
     """A fresh random occurrence id (a manual trigger without an idempotency key)."""
-    return str(uuid.uuid4())
+    return random_id()
+
+
+_RANDOM_BATCH = 256  # ids drawn from one os.urandom call
+_random_lock = threading.Lock()
+_random_bytes = b""
+_random_at = 0
+
+
+def random_id() -> str:
+    """A random UUID4 string, as ``str(uuid.uuid4())``, from the same source (``os.urandom``)
+    but one system call per 256 ids: ``os.urandom`` releases the GIL, and a thread that releases
+    it in a loop (an attempt id for each of a claim's 200 runners) waits to get it back each
+    time, behind every other thread of the node (bench/PROFILE.md, seventh round). A forked
+    child starts with no buffered bytes, so no two processes hand out the same id."""
+    global _random_bytes, _random_at
+    with _random_lock:
+        if _random_at >= len(_random_bytes):
+            _random_bytes, _random_at = os.urandom(16 * _RANDOM_BATCH), 0
+        chunk = _random_bytes[_random_at:_random_at + 16]
+        _random_at += 16
+    return str(uuid.UUID(bytes=chunk, version=4))
+
+
+def _forget_random_bytes() -> None:
+    global _random_bytes, _random_at, _random_lock
+    _random_bytes, _random_at, _random_lock = b"", 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_random_bytes)
 
 
 def _check_text(value: str, name: str) -> None:

@@ -13,11 +13,10 @@ queued, and changes nothing. At most ``BACKFILL_MAX`` fire times a call; the ran
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scheduler_core.cron import MINUTE_MS, cron_occurrence_id
+from scheduler_core.cron import MINUTE_MS, cron_occurrence_id, random_id
 from scheduler_core.errors import ConfigError, TaskNotFoundError
 from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.context import RuntimeContext
@@ -105,7 +104,7 @@ def backfill(ctx: RuntimeContext, task_id: object, start_ms: object, end_ms: obj
                                     f"{BACKFILL_MAX} at a time")
     requests = [ClaimRequest(occurrence_id=cron_occurrence_id(task.id, m), task_id=task.id,
                              task_revision=task.revision, trigger=Trigger.BACKFILL, max_attempts=task.max_attempts,
-                             token=str(uuid.uuid4()), source=actor, scheduled_minute=m) for m in minutes]
+                             token=random_id(), source=actor, scheduled_minute=m) for m in minutes]
     first, last = (minutes[0], minutes[-1]) if minutes else (None, None)
     if dry or not requests:
         found = ctx.handoff.journaled([r.occurrence_id for r in requests])

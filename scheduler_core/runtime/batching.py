@@ -23,6 +23,9 @@ logger = logging.getLogger("scheduler_core.batching")
 T = TypeVar("T")
 R = TypeVar("R")
 MAX_BATCH = 500  # rows per transaction: bounds statement size and lock hold time
+# Begins: the starts of a batch wait for its commit, so two of 100 start half of them sooner than
+# one of 200 (the node's claims come in batches of this size too, runtime/node.py).
+BEGIN_BATCH = 100
 RELEASE_S = 0.05  # a flusher with nothing to do for this long gives its connection back
 IDLE_EXIT_S = 2.0  # ... and ends after this long (a new submit restarts it)
 DEFER_MAX_S = 1.0  # a deferred write waits at most this long for the starts to be made ...
@@ -130,16 +133,23 @@ class GroupCommit(Generic[T, R]):
         return bool(self._queue) or self._flushing
 
     def submit(self, item: T) -> Answer[R]:
-        future: Answer[R] = Answer()
+        return self.submit_many([item])[0]
+
+    def submit_many(self, items: Sequence[T]) -> list[Answer[R]]:
+        """Queue ``items`` at once: a flusher that is waiting takes them in one batch (queued one
+        by one, it would wake on the first and write it alone, the rest after that commit)."""
+        futures: list[Answer[R]] = [Answer() for _ in items]
+        if not futures:
+            return futures
         with self._cond:
             if not self._queue:
                 self._queued_at = time.monotonic()
-            self._queue.append((item, future))
+            self._queue.extend(zip(items, futures, strict=True))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=f"hai-{self._name}", daemon=True)
                 self._thread.start()
             self._cond.notify()
-        return future
+        return futures
 
     def _loop(self) -> None:
         try:
@@ -252,7 +262,7 @@ class OwnerWrites:
         self._begin_conn = HeldConnection(executions.engine)
         self._finish_conn = HeldConnection(executions.engine)
         self.begins: GroupCommit[BeginRequest, bool] = GroupCommit(
-            "begin", self.write_begins, on_idle=self._begin_conn.drop)
+            "begin", self.write_begins, BEGIN_BATCH, on_idle=self._begin_conn.drop)
         self.finishes: GroupCommit[FinishRequest, FinishOutcome] = GroupCommit(
             "finish", self.write_finishes, on_idle=self._finish_conn.drop)
 

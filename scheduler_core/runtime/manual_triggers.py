@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from dataclasses import replace
 
-from scheduler_core.cron import manual_occurrence_id, new_occurrence_id
+from scheduler_core.cron import manual_occurrence_id, new_occurrence_id, random_id
 from scheduler_core.db.outage import Backoff, is_unreachable
 from scheduler_core.errors import TaskNotFoundError
 from scheduler_core.model import TaskDefinition
@@ -46,7 +45,7 @@ def claim_manual(ctx: RuntimeContext, task_id: str, source: str | None,
         raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
     occurrence_id = occurrence_id_for(task_id, key)
     request = ClaimRequest(occurrence_id=occurrence_id, task_id=task_id, task_revision=task.revision,
-                           trigger=Trigger.MANUAL, max_attempts=task.max_attempts, token=str(uuid.uuid4()),
+                           trigger=Trigger.MANUAL, max_attempts=task.max_attempts, token=random_id(),
                            source=source, idempotency_key=key)
     ctx.clock.observe(ctx.tasks.tick_snapshot().now_ms)  # before the claim: nothing may fail after it
     if not ctx.can_run(task):

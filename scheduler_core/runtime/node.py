@@ -33,7 +33,7 @@ from scheduler_core.store.alerts import AlertRepository
 from scheduler_core.store.transactions import AutocommitLine, is_unreachable, read
 
 logger = logging.getLogger("scheduler_core.node")
-CLAIM_BATCH = 200
+CLAIM_BATCH = 100  # the median start of a busy minute comes sooner than with larger batches (RESULTS.md §2)
 FIRST_CLAIM = 50  # the first claim of a busy minute takes at least this many (bench/RESULTS.md §2)
 TICK_BACKOFF_MAX_S = 2.0  # the longest a node waits to ask again while the database does not answer
 BOUNDARY_MARGIN_MS = 2  # wake this much after a minute begins (DB clock), so that it has begun
@@ -56,10 +56,8 @@ class Node:
         self._tick_lock = threading.Lock()
         self.accepting = False
         self.listeners: list[Callable[[int], None]] = []  # called each tick with the DB time
-        # Claim tokens derive from this (random per node instance) and the occurrence id, so
-        # a claim retried after its answer was lost carries the same token and is recognised
-        # as ours (ExecutionRepository.claim); no other claimer, not even this node restarted
-        # under the same id, can produce it.
+        # Claim tokens derive from this (random per node instance) and the occurrence id: a claim retried
+        # after its answer was lost carries the same token (journal.claim); no other claimer has it.
         self._token_namespace = uuid.uuid4()
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
         self._theirs: set[DueOccurrence] = set()  # backlog items of another node's share
@@ -108,6 +106,10 @@ class Node:
     def _run(self) -> None:
         """Tick, then wait: until the next due minute (DB clock) or ``tick_interval_ms``, whichever
         comes first; meanwhile claim at once whenever a thread frees and the backlog waits."""
+        try:  # the claim path's statements built before the first busy minute (store/executions.py)
+            self.ctx.executions.warm_up(self.ctx.tasks.version)
+        except Exception as exc:
+            logger.warning("warm-up of the claim path failed on node %s: %s", self.ctx.node_id, exc)
         while not self._stopping.is_set():
             self.tick()
             self._collector.before_next_minute()  # runtime/collector.py
@@ -196,7 +198,6 @@ class Node:
         due = self.planner.due(snapshot.now_ms)
         self._watch.add(d for d in due if not self._runnable(d.task_id))
         due = [d for d in due if self._runnable(d.task_id)]
-        self._close_gap(snapshot)
         mine, theirs = self._spread.order(due, self._capability)  # runtime/spread.py
         self.planner.backlog.extend(mine + theirs)
         self._theirs.update(theirs)
@@ -204,6 +205,7 @@ class Node:
             self._claim_backlog()
         finally:
             self.planner.replan()
+        self._close_gap(snapshot)  # after the claims: its write (the watermark) does not delay them
         # Queued rows after this minute's claims: a catch-up run waits for its task's slot, so
         # the minute that is due now is never skipped because a catch-up run took the slot first.
         self._queued.scan(snapshot.latest_queued, snapshot.now_ms)  # runtime/queued.py
@@ -330,6 +332,7 @@ class Node:
 
     def _dispatch_claimed(self, requests: list[ClaimRequest], version: int) -> None:
         definitions = self._definitions_after_claim(version, [r.task_id for r in requests])
+        runners = []
         for r in requests:
             execution = claimed_execution(r, self.ctx.node_id)
             found = definitions.get(r.task_id)
@@ -338,7 +341,8 @@ class Node:
             if isinstance(found, Exception):
                 runner.owned.task = None
                 runner.signal.cancel("unreadable")
-            self.runs.submit(runner)
+            runners.append(runner)
+        self.runs.submit_all(runners)
 
     def _definitions_after_claim(self, version: int, task_ids: list[str]) -> dict[str, TaskDefinition | Exception]:
         """The definitions as stored after the claim, for the whole batch.

@@ -6,10 +6,10 @@ same tick, and ends those nobody can run."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
+from scheduler_core.cron import random_id
 from scheduler_core.model import Execution
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import Planner
@@ -62,7 +62,7 @@ class QueuedClaims:
     def _request(self, execution: Execution) -> ClaimRequest:
         """The claim of a queued row; a jittered one with its task's overlap policy (whether it
         waits for a held slot, ``journal.claim_queued``)."""
-        request = queued_request(execution, str(uuid.uuid4()))
+        request = queued_request(execution, random_id())
         task = self.planner.task(execution.task_id)
         if execution.not_before is None or task is None:
             return request

@@ -7,10 +7,10 @@ claimed or queued row that the node and the scheduler build."""
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
+from scheduler_core.cron import random_id
 from scheduler_core.model import Attempt, Execution
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.planner import Planner
@@ -79,7 +79,7 @@ class ExpiryRecovery:
                 return False  # left for a node able to run it
             if self.free_capacity() == 0:
                 return True  # this node's next tick (or a node with room) takes it over
-            token = str(uuid.uuid4())
+            token = random_id()
             try:
                 taken = self.ctx.executions.take_over(execution, token)
             except Exception as exc:

@@ -17,11 +17,12 @@ commit decided too.
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.runner import Runner
@@ -31,6 +32,47 @@ MAX_PREFETCH = 1_000
 PACE_WEIGHT = 0.1  # of the newest run in the moving average
 AHEAD_HORIZON_S = 0.05  # begin ahead what the threads take within this, at their recent pace ...
 MAX_AHEAD = 200  # ... and at most this many begun runners waiting for a thread
+logger = logging.getLogger("scheduler_core.node")
+
+
+class Workers:
+    """``count`` threads that run ``run(item)`` for each item submitted, in order of submission.
+
+    Not ``concurrent.futures.ThreadPoolExecutor``: its workers share a semaphore (and each item
+    gets a future with a lock of its own), and in a busy minute those locks were contended: a
+    thread that waits for a lock gives up the GIL and waits again to get it back, behind every
+    other thread of the node (bench/PROFILE.md, seventh round). Here a submit is one put on a
+    ``queue.SimpleQueue``, which no worker holds a lock on while it runs.
+    """
+
+    def __init__(self, count: int, name: str, run: Callable[[Runner], None]) -> None:
+        self._run = run
+        self._queue: queue.SimpleQueue[Runner | None] = queue.SimpleQueue()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._loop, name=f"{name}_{i}", daemon=True) for i in range(count)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, item: Runner) -> None:
+        if self._closed:
+            raise RuntimeError("the workers are shut down")
+        self._queue.put(item)
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                self._run(item)
+            except Exception:  # the runner settles itself; this is a bug around it: keep the thread
+                logger.exception("a run failed outside its runner")
+
+    def shutdown(self) -> None:
+        """Run what was submitted, then end every thread."""
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
 
 
 class RunPool:
@@ -39,7 +81,7 @@ class RunPool:
     def __init__(self, ctx: RuntimeContext, freed: Callable[[], None]) -> None:
         self.ctx = ctx
         self._freed = freed
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: Workers | None = None
         self._pooled: set[Runner] = set()  # handed to the pool, not yet settled
         self._lock = threading.Condition()
         self._waiting = 0  # submitted, not yet on a thread (under _lock)
@@ -50,7 +92,7 @@ class RunPool:
         self._run_seconds = 0.0  # moving average of how long a run holds a thread (0: none yet)
 
     def start(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=self.ctx.config.max_concurrency, thread_name_prefix="hai-run")
+        self._executor = Workers(self.ctx.config.max_concurrency, "hai-run", self._timed)
 
     @property
     def waiting(self) -> int:
@@ -78,19 +120,24 @@ class RunPool:
         return max(0, self.ctx.config.max_concurrency - needing_thread)
 
     def submit(self, runner: Runner) -> None:
-        self.ctx.register_runner(runner)
+        self.submit_all([runner])
+
+    def submit_all(self, runners: list[Runner]) -> None:
+        """Submit a claim's runners together: their begins ahead are queued at once (one batch)."""
         assert self._executor is not None
-        ahead = runner.can_begin_ahead
-        with self._lock:
-            self._pooled.add(runner)
-            self._waiting += 1
-            self._outstanding += 1
-            if ahead:
-                self._to_begin.append(runner)
-        runner.done.add_done_callback(lambda _: self._forget(runner))
-        if ahead:
-            self._begin_ahead()
-        else:
+        for runner in runners:
+            self.ctx.register_runner(runner)
+        ahead = [runner.can_begin_ahead for runner in runners]
+        with self._lock:  # once for all of them: the pool's threads take this lock too
+            self._pooled.update(runners)
+            self._waiting += len(runners)
+            self._outstanding += len(runners)
+            self._to_begin.extend(runner for runner, early in zip(runners, ahead, strict=True) if early)
+        for runner in runners:
+            runner.done.add_done_callback(self._forgetting(runner))
+        now = [runner for runner, early in zip(runners, ahead, strict=True) if not early]
+        self._begin_ahead()
+        for runner in now:
             self._to_thread(runner)
 
     def _ahead_room(self) -> int:
@@ -101,28 +148,41 @@ class RunPool:
         return min(MAX_AHEAD, max(0, threads - self._on_thread) + pace)
 
     def _begin_ahead(self) -> None:
-        """Submit the begins of waiting runners while there is room; each goes to a thread once
-        its begin has answered (committed, refused, or not answered: the runner decides)."""
+        """Submit the begins of waiting runners while there is room, all at once; each goes to a
+        thread once its begin has answered (committed, refused, or not answered: the runner
+        decides)."""
         while True:
+            ahead: list[Runner] = []
+            cancelled: list[Runner] = []
             with self._lock:
-                if not self._to_begin or len(self._begun_ahead) >= self._ahead_room():
-                    return
-                runner = self._to_begin.popleft()
-                ahead = runner.can_begin_ahead  # (cancelled while it waited: it ends on a thread)
-                if ahead:
-                    self._begun_ahead.add(runner)
+                room = self._ahead_room() - len(self._begun_ahead)
+                while self._to_begin and len(ahead) < room:
+                    runner = self._to_begin.popleft()
+                    if runner.can_begin_ahead:
+                        ahead.append(runner)
+                        self._begun_ahead.add(runner)
+                    else:  # cancelled while it waited: it ends on a thread
+                        cancelled.append(runner)
+            if not ahead and not cancelled:
+                return
             if ahead:
-                runner.begin_ahead().add_done_callback(self._handing(runner))
-            else:
+                answers = self.ctx.writes.begins.submit_many([runner.ahead_request() for runner in ahead])
+                for runner, answer in zip(ahead, answers, strict=True):
+                    runner.ahead_answered(answer)
+                    answer.add_done_callback(self._handing(runner))
+            for runner in cancelled:
                 self._to_thread(runner)
 
     def _handing(self, runner: Runner) -> Callable[[object], None]:
         return lambda _: self._to_thread(runner)
 
+    def _forgetting(self, runner: Runner) -> Callable[[object], None]:
+        return lambda _: self._forget(runner)
+
     def _to_thread(self, runner: Runner) -> None:
         try:
             assert self._executor is not None
-            self._executor.submit(self._timed, runner)
+            self._executor.submit(runner)
         except BaseException:  # the pool is shut down: run it here rather than never
             self._timed(runner)
         finally:
@@ -136,7 +196,7 @@ class RunPool:
             while self._outstanding:
                 self._lock.wait(0.05)
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            self._executor.shutdown()
             self._executor = None
         with self._lock:
             pending = [runner.done for runner in self._pooled]

@@ -8,10 +8,10 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from scheduler_core.cron import random_id
 from scheduler_core.db.outage import Backoff
 from scheduler_core.executors.base import CancelSignal, ExecutionContext, ExecutionRequest, Outcome
 from scheduler_core.model import Attempt, Execution, ExecutionLog, LogPersistence, TaskDefinition
@@ -61,7 +61,7 @@ class Runner:
         # The terminal commit is handed to the group commit: the runner needs no thread any more
         # (the node's claims count the runners that still do).
         self.committing = False
-        self._ahead: tuple[BeginRequest, Answer[bool]] | None = None  # the first begin, submitted before a thread
+        self._ahead: tuple[BeginRequest, Answer[bool] | None] | None = None  # the first begin, before a thread
 
     @property
     def can_begin_ahead(self) -> bool:
@@ -75,11 +75,18 @@ class Runner:
     def begin_ahead(self) -> Answer[bool]:
         """Submit the first attempt's begin before this runner has a thread (``RunPool``, only
         when ``can_begin_ahead``): its handler is then called as soon as a thread takes it, the
-        begin already durable, and no thread waits for a commit."""
-        request = self._begin_request()
-        answer = self.ctx.writes.begins.submit(request)
-        self._ahead = (request, answer)
+        begin already durable, and no thread waits for a commit. (``RunPool`` queues the begins
+        of many at once: ``ahead_request``, then ``ahead_answered`` with each one's answer.)"""
+        answer = self.ctx.writes.begins.submit(self.ahead_request())
+        self.ahead_answered(answer)
         return answer
+
+    def ahead_request(self) -> BeginRequest:
+        self._ahead = (self._begin_request(), None)
+        return self._ahead[0]
+
+    def ahead_answered(self, answer: Answer[bool]) -> None:
+        self._ahead = (self._ahead[0], answer) if self._ahead is not None else None
 
     # --- entry -----------------------------------------------------------------------
 
@@ -141,7 +148,7 @@ class Runner:
     def _begin_request(self) -> BeginRequest:
         """The next attempt, appended, and the begin that journals it."""
         number = len(self.owned.attempts) + 1
-        attempt = Attempt(log_id=str(uuid.uuid4()), attempt=number, sequence=self.owned.execution.sequence,
+        attempt = Attempt(log_id=random_id(), attempt=number, sequence=self.owned.execution.sequence,
                           node_id=self.ctx.node_id, started_at=self.ctx.clock.now_ms())
         self.owned.attempts.append(attempt)
         return BeginRequest(self.owned.execution.occurrence_id, self.owned.token, tuple(self.owned.attempts))

@@ -385,6 +385,25 @@ def test_group_commit_gathers_what_queues_during_a_flush() -> None:
     assert batches == [[0], [1, 2, 3, 4, 5]]
 
 
+def test_group_commit_takes_what_is_submitted_together_in_one_batch() -> None:
+    """A claim's begins are queued at once (``submit_many``, ``RunPool.submit_all``): the waiting
+    flusher takes them in one batch -- not the first alone, as it woke, and the rest after that
+    commit (each begin batch is a commit the starts wait for)."""
+    batches: list[int] = []
+
+    def flush(batch: list[int]) -> list[int | Exception]:
+        batches.append(len(batch))
+        return [n * 10 for n in batch]
+
+    group: GroupCommit[int, int] = GroupCommit("test", flush)
+    for _ in range(20):
+        answers = group.submit_many(list(range(40)))
+        assert [a.result(10) for a in answers] == [n * 10 for n in range(40)]
+    assert group.submit_many([]) == []
+    group.drain()
+    assert batches == [40] * 20
+
+
 def test_group_commit_reports_a_failing_flush_to_every_waiter() -> None:
     def flush(batch: list[int]) -> list[int | Exception]:
         raise RuntimeError("flush broke")

@@ -1,0 +1,70 @@
+"""A node's warm-up: the statements of a busy minute's starts (claim, begin, terminal commit and
+its log projection) run once on a synthetic occurrence, in a transaction that is rolled back,
+before the node's first tick -- so that its first busy minute does not build and compile them
+(bench/RESULTS.md section 2) -- and nothing of it stays in the database, on every database."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select
+from sqlalchemy.engine import Engine
+
+from scheduler_core.db.tables import executions, logs, metric_totals, slots
+from scheduler_core.store import ExecutionRepository
+from scheduler_core.store.executions import WARM_UP_TASK
+from scheduler_core.store.transactions import read
+from tests.helpers.fault_node import statement_kind
+
+TABLES = (executions, slots, logs, metric_totals)
+
+
+@pytest.fixture
+def kinds(engine: Engine) -> Iterator[Counter[str]]:
+    """The journal statements the engine runs, by kind (tests/helpers/fault_node.py)."""
+    seen: Counter[str] = Counter()
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        kind = statement_kind(statement)
+        if kind is not None:
+            seen[kind] += 1
+
+    event.listen(engine, "before_cursor_execute", count)
+    yield seen
+    event.remove(engine, "before_cursor_execute", count)
+
+
+def _rows(engine: Engine) -> dict[str, int]:
+    return read(engine, lambda conn: {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
+                                      for t in TABLES})
+
+
+def test_the_warm_up_runs_the_start_path_and_leaves_nothing(engine: Engine, kinds: Counter[str]) -> None:
+    before = _rows(engine)
+    repo = ExecutionRepository(engine, "warm", 60_000)
+    asked: list[bool] = []
+    repo.warm_up(lambda conn: asked.append(True))
+    assert {"claim", "begin", "finish", "projection"} <= set(kinds), kinds
+    assert asked == [True]  # the claim's own follow-up read, in the same transaction
+    assert _rows(engine) == before
+    repo.warm_up()  # again: the same synthetic task, nothing left over to collide with
+    assert _rows(engine) == before
+    assert read(engine, lambda conn: conn.execute(select(func.count()).select_from(executions).where(
+        executions.c.task_id == WARM_UP_TASK)).scalar_one()) == 0
+
+
+def test_a_node_warms_up_before_its_first_tick(engine: Engine, make_node: Any, kinds: Counter[str]) -> None:
+    """A node with no task claims nothing, yet its start ran the claim path once."""
+    before = _rows(engine)
+    node = make_node()
+    node.start()
+    deadline = time.monotonic() + 10
+    while node._node is None or node._node._tasks_version is None:
+        assert time.monotonic() < deadline, "the first tick did not run"
+        time.sleep(0.02)
+    assert kinds["claim"] == 1 and kinds["begin"] == 1 and kinds["finish"] == 1, kinds
+    assert _rows(engine) == before
