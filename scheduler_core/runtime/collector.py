@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Callable
 
 from scheduler_core.runtime.leases import DbClockEstimate
 from scheduler_core.runtime.planner import Planner
@@ -30,9 +31,14 @@ MIN_HORIZON_S = 1.0  # with short tick intervals, decide within this of the minu
 
 
 class BurstCollector:
-    def __init__(self, planner: Planner, clock: DbClockEstimate, tick_interval_ms: int) -> None:
+    """``prepare`` is called first, before each busy minute (whether or not the collector is on):
+    the node's other work that belongs before the minute rather than in it."""
+
+    def __init__(self, planner: Planner, clock: DbClockEstimate, tick_interval_ms: int,
+                 prepare: Callable[[], None] | None = None) -> None:
         self._planner = planner
         self._clock = clock
+        self._prepare = prepare
         self._horizon_s = max(tick_interval_ms / 1000, MIN_HORIZON_S)
         self._decided: int | None = None  # the minute already decided on (collected or not)
         self.collections = 0
@@ -44,13 +50,17 @@ class BurstCollector:
         shorter than ``MIN_HORIZON_S``, within that) and at least ``MIN_LEAD_S`` from now.
         Decided once per minute."""
         fire = self._planner.next_fire()
-        if fire is None or fire == self._decided or not gc.isenabled():
+        if fire is None or fire == self._decided:
             return
         lead_s = (fire - self._clock.now_ms()) / 1000
         if lead_s > self._horizon_s:
             return  # a later tick decides
         self._decided = fire
         if lead_s < MIN_LEAD_S or not self._planner.planned_at(fire, BURST):
+            return
+        if self._prepare is not None:
+            self._prepare()
+        if not gc.isenabled():
             return
         began = time.perf_counter()
         self.last_at_ms = self._clock.now_ms()

@@ -71,9 +71,9 @@ class Node:
         self._clock_watch = ClockWatch(jump_tolerance_ms(ctx.config.lease_ms))  # runtime/clock_watch.py
         self._queued = QueuedClaims(ctx, self.planner, self._runnable, self.runs.free_capacity, self.runs.submit)
         self._housekeeping = Housekeeping(ctx)
-        self._collector = BurstCollector(self.planner, ctx.clock, ctx.config.tick_interval_ms)
-        # The database did not answer the last tick: the next one comes after this back-off
-        # (db/outage.py), not at the tick interval; None while it answers.
+        self._collector = BurstCollector(  # before a busy minute: the live nodes read, then gc
+            self.planner, ctx.clock, ctx.config.tick_interval_ms, self._spread.refresh_if_stale)
+        # The database did not answer the last tick: the next one comes after this back-off (db/outage.py)
         interval_s = ctx.config.tick_interval_ms / 1000
         self._backoff = Backoff(first=interval_s, most=max(interval_s, TICK_BACKOFF_MAX_S))
         self._retry_in: float | None = None

@@ -87,3 +87,20 @@ def test_a_process_that_turned_the_collector_off_is_left_so() -> None:
     finally:
         gc.enable()
     assert collector.collections == 0
+
+
+def test_the_node_prepares_before_a_busy_minute_only_even_with_the_collector_off() -> None:
+    """``prepare`` (the node reads the live nodes, so that it claims its own share first) runs
+    once before each busy minute, whether or not Python's collector is on; never for a quiet one."""
+    calls: list[int] = []
+    busy = BurstCollector(planner_with(BURST), at(START + MINUTE - 500), TICK_MS, lambda: calls.append(1))
+    gc.disable()
+    try:
+        busy.before_next_minute()
+        busy.before_next_minute()  # decided once
+    finally:
+        gc.enable()
+    assert calls == [1] and busy.collections == 0
+    quiet = BurstCollector(planner_with(BURST - 1), at(START + MINUTE - 500), TICK_MS, lambda: calls.append(2))
+    quiet.before_next_minute()
+    assert calls == [1]
