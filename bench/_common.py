@@ -185,10 +185,6 @@ def prepare(url: str) -> Engine:
         conn.execute(update(scheduler_meta).values(value=0))
 
     write(engine, clear)
-    if engine.dialect.name == "postgresql":  # the deleted rows' versions (an earlier run, the ceiling,
-        # the start floor) would stay in the tables and their indexes until autovacuum came by
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text("VACUUM (ANALYZE)"))
     return engine
 
 
