@@ -27,7 +27,7 @@ def test_a_standalone_node_alerts_through_its_notifications(database: TestDataba
         admin = Scheduler(engine, SchedulerConfig(node_id="admin"))
         admin.init()
         admin.register(TaskDefinition(id="export", name="Export", cron="0 3 * * *", enabled=False,
-                                      handler={"kind": "api", "url": hanging.url("/slow/30"), "timeout": 500}))
+                                      handler={"kind": "api", "url": hanging.url("/slow/30"), "timeout": 2000}))
         config = {"providers": [{"name": "ops-hook", "type": "api", "url": receiver.url("/echo")}],
                   "templates": [{"name": "alert", "provider": "ops-hook", "body": "{event} {occurrence_id} {link}"}],
                   "alerts": [{"name": "ops", "events": ["execution.unknown"], "template": "alert", "to": "ops"}]}
