@@ -10,17 +10,26 @@ Occurrence ids stay ``uuid5(task, minute)``, so a repeated or late scan never jo
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scheduler_core.cron import cron_occurrence_id, next_fire_ms
 from scheduler_core.model import TaskDefinition
 from scheduler_core.runtime.planner import DueOccurrence, minute_of
 from scheduler_core.statuses import Trigger
+from scheduler_core.store.alerts import AlertRepository
 from scheduler_core.store.executions import ClaimRequest
 from scheduler_core.store.handoff import Missed
 from scheduler_core.task_policies import CatchupMode
+
+if TYPE_CHECKING:
+    from scheduler_core.runtime.context import RuntimeContext
+    from scheduler_core.store import TickSnapshot
+
+logger = logging.getLogger("scheduler_core.node")
 
 MINUTE_MS = 60_000
 ROWS_PER_TASK = 60  # missed rows one gap journals per task; the older minutes share one summary row
@@ -54,6 +63,33 @@ def plan_gap(tasks: Iterable[TaskDefinition], first_minute: int, last_minute: in
         plan.catchup.extend(_request(task, minute, Trigger.CATCHUP) for minute in run)
         plan.missed.extend(_missed_rows(task, [minute for minute in fires if minute not in set(run)]))
     return plan
+
+
+class GapCheck:
+    """Once a minute, after the tick's claims: journal the minutes no node planned since the
+    cluster's watermark (the whole cluster was down), then move the watermark to this minute."""
+
+    def __init__(self, ctx: RuntimeContext) -> None:
+        self.ctx = ctx
+        self._planned_minute = 0  # the last minute this node advanced the cluster's watermark to
+
+    def close(self, snapshot: TickSnapshot, tasks: Iterable[TaskDefinition]) -> None:
+        current = minute_of(snapshot.now_ms)
+        if current <= self._planned_minute:
+            return
+        through = snapshot.ticked_through
+        if through and through < current - MINUTE_MS:
+            plan = plan_gap(tasks, through + MINUTE_MS, current - MINUTE_MS, snapshot.now_ms,
+                            self.ctx.config.missed_lookback_ms)
+            self.ctx.handoff.journal_missed(plan.missed)
+            self.ctx.handoff.enqueue(plan.catchup)
+            AlertRepository(self.ctx.executions.engine).record_gap(through + MINUTE_MS, current - MINUTE_MS)
+            logger.warning("node %s: no node planned %s minute(s) before this one; journaled %d missed, queued %d "
+                           "catch-up run(s)", self.ctx.node_id, (current - through) // MINUTE_MS - 1,
+                           len(plan.missed), len(plan.catchup))
+        if through < current:
+            self.ctx.tasks.advance_watermark(current)
+        self._planned_minute = current
 
 
 def _fires(task: TaskDefinition, start: int, last: int) -> list[int]:

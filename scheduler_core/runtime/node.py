@@ -20,8 +20,8 @@ from scheduler_core.runtime.clock_watch import ClockWatch, Reading, jump_toleran
 from scheduler_core.runtime.collector import BurstCollector
 from scheduler_core.runtime.context import RuntimeContext
 from scheduler_core.runtime.housekeeping import Housekeeping
-from scheduler_core.runtime.misses import MINUTE_MS, CapabilityWatch, plan_gap
-from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem, minute_of
+from scheduler_core.runtime.misses import CapabilityWatch, GapCheck
+from scheduler_core.runtime.planner import DueOccurrence, Planner, definition_problem
 from scheduler_core.runtime.queued import QueuedClaims
 from scheduler_core.runtime.recovery import ExpiryRecovery, claimed_execution
 from scheduler_core.runtime.run_pool import RunPool
@@ -29,7 +29,6 @@ from scheduler_core.runtime.runner import Ownership, Runner
 from scheduler_core.runtime.spread import Capability, Spread
 from scheduler_core.statuses import Trigger
 from scheduler_core.store import ClaimOutcome, ClaimRequest, NodeRepository, TickSnapshot
-from scheduler_core.store.alerts import AlertRepository
 from scheduler_core.store.transactions import AutocommitLine, is_unreachable, read
 
 logger = logging.getLogger("scheduler_core.node")
@@ -61,7 +60,7 @@ class Node:
         self._token_namespace = uuid.uuid4()
         self._unanswered: set[str] = set()  # occurrence ids whose claim call failed
         self._theirs: set[DueOccurrence] = set()  # backlog items of another node's share
-        self._planned_minute = 0  # the last minute this node advanced the cluster's watermark to
+        self._gap = GapCheck(ctx)  # runtime/misses.py
         self._watch = CapabilityWatch(grace_s=ctx.config.tick_interval_ms / 1000)
         self._tick_line = AutocommitLine(ctx.tasks.engine)  # the tick snapshot: one round trip
         beat = ctx.config.heartbeat_interval_ms
@@ -106,12 +105,10 @@ class Node:
     def _run(self) -> None:
         """Tick, then wait: until the next due minute (DB clock) or ``tick_interval_ms``, whichever
         comes first; meanwhile claim at once whenever a thread frees and the backlog waits."""
-        try:  # the claim path's statements built before the first busy minute (store/executions.py)
-            self.ctx.executions.warm_up(self.ctx.tasks.version)
-        except Exception as exc:
-            logger.warning("warm-up of the claim path failed on node %s: %s", self.ctx.node_id, exc)
-        while not self._stopping.is_set():
-            self.tick()
+        warm = False  # the start path's statements built before the first busy minute (store/executions.py),
+        while not self._stopping.is_set():  # once the database answered (not a connect timeout in an outage)
+            if self.tick() and not warm:
+                warm = self._warm_up()
             self._collector.before_next_minute()  # runtime/collector.py
             deadline = time.monotonic() + (self._wait_s() if self._retry_in is None else self._retry_in)
             while not self._stopping.is_set():
@@ -158,9 +155,10 @@ class Node:
 
     # --- the tick -----------------------------------------------------------------------
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """One tick; True if the database answered it."""
         if not self.accepting:
-            return
+            return False
         with self._tick_lock:
             began = time.monotonic()
             try:
@@ -176,8 +174,17 @@ class Node:
                 self.ctx.outage.answered()
                 self._backoff.reset()
                 self._retry_in = None
+                return True
             finally:  # reported with the next heartbeat (nodes.last_tick_ms, for /metrics)
                 self._last_tick_ms = int((time.monotonic() - began) * 1000)
+            return False
+
+    def _warm_up(self) -> bool:
+        try:
+            self.ctx.executions.warm_up(self.ctx.tasks.version)
+        except Exception as exc:  # its first busy minute pays for it, as without a warm-up
+            logger.warning("warm-up of the claim path failed on node %s: %s", self.ctx.node_id, exc)
+        return True
 
     def _tick(self) -> None:
         sent = time.monotonic()
@@ -205,7 +212,7 @@ class Node:
             self._claim_backlog()
         finally:
             self.planner.replan()
-        self._close_gap(snapshot)  # after the claims: its write (the watermark) does not delay them
+        self._gap.close(snapshot, self.planner.tasks())  # after the claims: its write does not delay them
         # Queued rows after this minute's claims: a catch-up run waits for its task's slot, so
         # the minute that is due now is never skipped because a catch-up run took the slot first.
         self._queued.scan(snapshot.latest_queued, snapshot.now_ms)  # runtime/queued.py
@@ -358,26 +365,6 @@ class Node:
         return read(self.ctx.executions.engine, lambda conn: self.ctx.tasks.get_many(conn, task_ids))
 
     # --- misses ---------------------------------------------------------------------------
-
-    def _close_gap(self, snapshot: TickSnapshot) -> None:
-        """Once a minute: journal the minutes no node planned since the cluster's watermark (the
-        whole cluster was down), then move the watermark to this minute."""
-        current = minute_of(snapshot.now_ms)
-        if current <= self._planned_minute:
-            return
-        through = snapshot.ticked_through
-        if through and through < current - MINUTE_MS:
-            plan = plan_gap(self.planner.tasks(), through + MINUTE_MS, current - MINUTE_MS, snapshot.now_ms,
-                            self.ctx.config.missed_lookback_ms)
-            self.ctx.handoff.journal_missed(plan.missed)
-            self.ctx.handoff.enqueue(plan.catchup)
-            AlertRepository(self.ctx.executions.engine).record_gap(through + MINUTE_MS, current - MINUTE_MS)
-            logger.warning("node %s: no node planned %s minute(s) before this one; journaled %d missed, queued %d "
-                           "catch-up run(s)", self.ctx.node_id, (current - through) // MINUTE_MS - 1,
-                           len(plan.missed), len(plan.catchup))
-        if through < current:
-            self.ctx.tasks.advance_watermark(current)
-        self._planned_minute = current
 
     def _settle_watched(self) -> None:
         """Occurrences this node cannot run: journaled ``missed`` once no live node can run them."""

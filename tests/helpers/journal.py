@@ -54,6 +54,14 @@ def wait_for_status(scheduler: Scheduler, occurrence_id: str, status: str, timeo
 # --- rows for list pages (journal, logs) ------------------------------------------------
 
 
+def wait_for_first_tick(scheduler: Scheduler, timeout: float = 10) -> None:
+    """Until the started ``scheduler``'s node has ticked once (read the tasks version)."""
+    deadline = time.monotonic() + timeout
+    while scheduler._node is None or scheduler._node._tasks_version is None:
+        assert time.monotonic() < deadline, "the first tick did not run"
+        time.sleep(0.02)
+
+
 def journal_pending(engine: Engine, count: int, status: str = "failed", started_at: int = 1_000,
                     prefix: str = "pending") -> list[str]:
     """Journal ``count`` finished executions whose logs were never projected (``pending``),

@@ -35,7 +35,7 @@ from scheduler_core.store import ClaimRequest, ExecutionRepository, LogRepositor
 from scheduler_core.store.executions import BeginRequest, FinishRequest
 from scheduler_core.store.transactions import AutocommitLine
 from tests.conftest import TestDatabase
-from tests.helpers.journal import slot_holder
+from tests.helpers.journal import slot_holder, wait_for_first_tick
 
 LEASE_MS = 60_000
 
@@ -459,11 +459,9 @@ def test_a_starting_node_reads_the_definitions_once(engine: Engine, make_node: A
     try:
         node = make_node()
         node.start()
-        deadline = time.monotonic() + 10
-        while node._node is None or node._node._tasks_version is None:
-            assert time.monotonic() < deadline, "the first tick did not run"
-            time.sleep(0.02)
+        wait_for_first_tick(node)
         assert len(reads) == 1, reads
+        deadline = time.monotonic() + 10
         first.register(TaskDefinition(id="once-new", name="Once new", cron="0 0 1 1 *"))
         while node._node.planner.task("once-new") is None:
             assert time.monotonic() < deadline, "a changed tasks version was not read again"

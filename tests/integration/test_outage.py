@@ -14,11 +14,13 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
@@ -26,14 +28,17 @@ from scheduler_core.db import close_engine, create_engine
 from scheduler_core.errors import ConflictError
 from scheduler_core.model import ExecutionLog
 from scheduler_core.reach import Reach
+from scheduler_core.store.executions import WARM_CONNECTIONS
 from scheduler_core.store.transactions import is_unreachable, write
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.conftest import TestDatabase
 from tests.helpers.fault_cluster import recording_hooks
+from tests.helpers.fault_node import statement_kind
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.journal import abandon_running_execution, wait_for_status
 from tests.helpers.oracle import read_effects, read_journal
 from tests.helpers.tcp_proxy import TcpProxy
+from tests.integration.test_alerts import wait_until
 from tests.integration.test_reach_service import _window_around_now
 
 OUTAGE_S = 3.0
@@ -104,6 +109,37 @@ def test_a_result_that_meets_an_outage_is_kept_and_the_log_says_it_once(
     # At the tick interval alone the node would have tried OUTAGE_S / TICK_MS = 30 connections;
     # backing off (and the renewals and the finish's retries with it) it tries far fewer.
     assert refused < OUTAGE_S * 1000 / TICK_MS, f"{refused} connections tried in {OUTAGE_S} s"
+
+
+def test_a_node_started_without_a_database_warms_up_once_it_answers(
+        proxied: Engine, proxy: TcpProxy, caplog: pytest.LogCaptureFixture) -> None:
+    """No primary when a node starts (a failover under way): its first tick meets the outage and
+    says so, with no warm-up before it (whose connections would each have waited first, on a
+    server that does not answer); the warm-up runs once a tick is answered, and does not fail."""
+    kinds: Counter[str] = Counter()
+
+    def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        kind = statement_kind(statement)
+        if kind is not None:
+            kinds[kind] += 1
+
+    node = Scheduler(proxied, SchedulerConfig(node_id="node-a", tick_interval_ms=TICK_MS))
+    node.init()
+    caplog.set_level(logging.INFO, logger="scheduler_core")
+    event.listen(proxied, "before_cursor_execute", count)
+    proxy.refuse()
+    node.start()
+    try:
+        wait_until(lambda: any("database unreachable since" in r.getMessage() for r in _scheduler_records(caplog)),
+                  "the first tick to meet the outage")
+        assert kinds["claim"] == 0, kinds
+        proxy.release()
+        wait_until(lambda: kinds["claim"] >= WARM_CONNECTIONS, "the warm-up once the database answers")
+        assert {"claim", "begin", "finish"} <= set(kinds), kinds
+        assert not [r.getMessage() for r in _scheduler_records(caplog) if "warm-up" in r.getMessage()]
+    finally:
+        node.close()
+        event.remove(proxied, "before_cursor_execute", count)
 
 
 def test_what_counts_as_unreachable(server_database: TestDatabase, server_engine: Engine, proxied: Engine,
