@@ -26,7 +26,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    and_,
     any_,
     bindparam,
     case,
@@ -185,21 +184,13 @@ class Batch:
         if self.cacheable:
             names = list(columns)
             self.params["rows"] = _pg_rows_document([[k, *(row[n] for n in names)] for k, row in rows.items()])
-            self.listed("batch_keys", rows)
         return self
 
     def matches(self) -> ColumnElement[bool]:
-        """The rows of the batch (by key).
-
-        On PostgreSQL the join with the derived table, and the key among the batch's keys (an
-        array parameter): the planner cannot see into the JSON document, and on a small table
-        it joined by hashing a sequential scan of every row version, dead ones included (a
-        begin of 100 over 4,000 rows: 1.3 ms, growing with the table; bench/RESULTS.md §2).
-        The key list is an index condition, whatever the statistics say."""
+        """The rows of the batch (by key)."""
         assert self._key is not None
         if self.cacheable:
-            joined: ColumnElement[bool] = and_(self._key == self._derived_table().c.batch_key,
-                                               self.one_of(self._key, "batch_keys"))
+            joined: ColumnElement[bool] = self._key == self._derived_table().c.batch_key
             return joined
         return self._key.in_(list(self._rows))
 
