@@ -6,6 +6,7 @@ same tick, and ends those nobody can run."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ from scheduler_core.statuses import ExecutionStatus, Trigger
 from scheduler_core.store import ClaimOutcome, ClaimRequest
 
 QUEUED_BATCH = 200  # queued rows read per scan
+logger = logging.getLogger("scheduler_core.node")
 
 
 class QueuedClaims:
@@ -34,11 +36,16 @@ class QueuedClaims:
         self.submit = submit
         self._seen: int | None = None  # newest queued row when a scan found none this node runs
         self._wake: int | None = None  # the next delayed start of a jittered occurrence (DB clock)
+        # Claims whose COMMIT was not answered (the connection dropped, no primary): each row is
+        # read back on the next scan; carrying the claim's token (running), it is this node's to run.
+        self.unanswered: dict[str, ClaimRequest] = {}
 
     def scan(self, latest_queued: int | None, now_ms: int) -> None:
         """Own the queued rows this node can run (up to its free capacity); end those nobody can
         run. Until a newer row is queued, or a jittered one's delayed start comes, a scan that
         found none of ours is not repeated."""
+        if self.unanswered:
+            self._resolve_unanswered()
         if latest_queued is None:
             self._wake = None
             return
@@ -50,14 +57,32 @@ class QueuedClaims:
         runnable = [e for e in rows if self.runnable(e.task_id)]
         mine = _first_of_each_task([e for e in runnable if not self._held(e, now_ms)])
         requests = [self._request(e) for e in mine[:self.free_capacity()]]
-        results = self.ctx.handoff.claim_queued(requests) if requests else []
+        try:
+            results = self.ctx.handoff.claim_queued(requests) if requests else []
+        except Exception:  # committed or not: read back on the next scan (left to expire, never run)
+            self.unanswered.update((r.occurrence_id, r) for r in requests)
+            raise
         claimed = {r.occurrence_id for r in results if r.outcome == ClaimOutcome.CLAIMED}
         for r in requests:
             if r.occurrence_id in claimed:
-                self.submit(Runner(self.ctx, Ownership(claimed_execution(r, self.ctx.node_id), r.token, None, [],
-                                                       reread=True)))
+                self._run(r)
         self._end_unrunnable([e for e in rows if not self.runnable(e.task_id)], now_ms)
         self._seen = latest_queued if not runnable else None  # rows it can run wait: scan again next tick
+
+    def _run(self, request: ClaimRequest) -> None:
+        self.submit(Runner(self.ctx, Ownership(claimed_execution(request, self.ctx.node_id), request.token, None, [],
+                                               reread=True)))
+
+    def _resolve_unanswered(self) -> None:
+        """Read back each claim whose answer was lost: a row running under its token is this
+        node's, and runs now; any other never became ours (still queued, waiting again, skipped,
+        or another node's). Raises while the database does not answer (kept for the next scan)."""
+        for occurrence_id, request in list(self.unanswered.items()):
+            row = self.ctx.executions.get(occurrence_id)
+            del self.unanswered[occurrence_id]
+            if row is not None and row.execution_token == request.token and row.status == ExecutionStatus.RUNNING:
+                logger.info("claim of queued %s found committed: its answer had been lost", occurrence_id)
+                self._run(request)
 
     def _request(self, execution: Execution) -> ClaimRequest:
         """The claim of a queued row; a jittered one with its task's overlap policy (whether it

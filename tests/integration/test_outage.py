@@ -24,6 +24,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig, TaskDefinition
+from scheduler_core.cron import cron_occurrence_id
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.errors import ConflictError
 from scheduler_core.model import ExecutionLog
@@ -35,7 +36,7 @@ from tests.conftest import TestDatabase
 from tests.helpers.fault_cluster import recording_hooks
 from tests.helpers.fault_node import statement_kind
 from tests.helpers.http_server import RecordingServer
-from tests.helpers.journal import abandon_running_execution, wait_for_status
+from tests.helpers.journal import abandon_running_execution, enter_minute, wait_for_status
 from tests.helpers.oracle import read_effects, read_journal
 from tests.helpers.tcp_proxy import TcpProxy
 from tests.integration.test_alerts import wait_until
@@ -240,6 +241,32 @@ def _sets_only(table: str, columns: set[str]) -> Callable[[list[str]], bool]:
         return False
 
     return matches
+
+
+def test_a_queued_claim_whose_answer_was_lost_is_read_back_and_run(
+        server_engine: Engine, proxied: Engine, proxy: TcpProxy) -> None:
+    """A jittered occurrence waits ``queued`` for its delayed start; the answer to the COMMIT of
+    its claim (``claim_queued``: running, under a token of this claim) is lost. The node reads the
+    row back on its next scan, finds its token, and runs it now, once -- not left running under a
+    token nobody holds until its lease runs out and it is settled ``interrupted``, never run."""
+    ran: list[str] = []
+    node = Scheduler(proxied, SchedulerConfig(node_id="node-a", lease_ms=60_000, tick_interval_ms=TICK_MS),
+                     hooks={"on_task_execute": lambda event: ran.append(event.context.occurrence_id) or "ok"})
+    node.init()
+    minute = enter_minute(proxied, seconds_into=0.5)  # the node's engine: its clock offset is its own
+    node.register(TaskDefinition(id="jit", name="jit", cron="* * * * *", jitter_ms=2_000,
+                                 calendar={"active_from_ms": minute, "active_until_ms": minute + 60_000}))
+    occurrence = cron_occurrence_id("jit", minute)
+    sprung = proxy.drop_reply_to_next_commit(
+        _sets_only("executions", {"status", "reason", "execution_token", "owner_node", "lease_until", "updated_at"}))
+    node.start()
+    try:
+        wait_until(sprung.is_set, "the queued claim's COMMIT answer to be dropped", timeout=30)
+        done = wait_for_status(node, occurrence, "success", timeout=20)  # a lease is 60 s
+    finally:
+        node.close()
+    assert (done.sequence, [(a.node_id, a.status) for a in done.attempts]) == (1, [("node-a", "success")])
+    assert ran == [occurrence]
 
 
 def test_a_wave_whose_sending_mark_was_not_answered_is_not_sent_and_goes_back(
