@@ -23,7 +23,7 @@ from scheduler_core.model import JITTER_MAX_MS, validate_task
 from scheduler_core.store import ClaimOutcome, ClaimRequest, ExecutionRepository
 from scheduler_core.store.handoff import HandoffRepository
 from scheduler_core.store.totals import LATENESS, LATENESS_SUM
-from scheduler_core.testing import set_clock_offset
+from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.helpers.journal import db_now, enter_minute, wait_for_status
 
 T0 = 1_800_000_000_000 - 1_800_000_000_000 % MINUTE_MS
@@ -168,3 +168,29 @@ def _journaled(engine: Engine, occurrence: str) -> bool:
         found = conn.execute(select(executions.c.status).where(executions.c.occurrence_id == occurrence)).first()
         conn.rollback()
     return found is not None
+
+
+def test_a_jittered_one_waits_for_the_database_clock_across_a_jump(make_node: Any, engine: Engine) -> None:
+    """The database clock jumps ahead while a jittered occurrence waits (a failover to a server
+    whose clock is ahead): its delayed start is an instant of the database clock, so the first
+    scan after the jump runs it, once -- not the rest of the jitter later by the node's clock."""
+    ran: list[str] = []
+    node = make_node(hooks={"on_task_execute": lambda event: ran.append(event.context.occurrence_id) or "ok"})
+    minute = enter_minute(engine, seconds_into=0.5)
+    task_id = next(t for t in (f"jump-{i}" for i in range(1_000)) if jitter_delay(t, minute, 20_000) >= 12_000)
+    delay = jitter_delay(task_id, minute, 20_000)
+    node.register(TaskDefinition(id=task_id, name="jump", cron="* * * * *", jitter_ms=20_000,
+                                 calendar={"active_from_ms": minute, "active_until_ms": minute + MINUTE_MS}))
+    occurrence = cron_occurrence_id(task_id, minute)
+    node.start()
+    deadline = time.monotonic() + 30
+    while not _journaled(engine, occurrence):
+        assert time.monotonic() < deadline, "the node did not journal its minute"
+        time.sleep(0.05)
+    waiting = _row(engine, occurrence)
+    assert (waiting.status, waiting.reason, waiting.next_attempt_at) == ("queued", "jitter", minute + delay)
+    time.sleep(0.5)  # a few ticks: the node has seen the row wait, and knows when it starts
+    set_clock_offset(engine, clock_offset(engine) + minute + delay + 1_000 - db_now(engine))  # past its start
+    done = wait_for_status(node, occurrence, "success", timeout=(delay - 6_000) / 1000)  # at least 6 s early
+    (attempt,) = done.attempts
+    assert attempt.started_at >= minute + delay and ran == [occurrence]
