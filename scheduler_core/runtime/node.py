@@ -99,6 +99,19 @@ class Node:
         self._loop = None
         with self._tick_lock:  # a tick in progress finishes its dispatch first
             self._tick_line.close()
+            self._read_back_unanswered()
+
+    def _read_back_unanswered(self) -> None:
+        """At stop, the claims and takeovers whose answer was lost are read back, not left running
+        under a token nobody holds until their lease runs out: the ones this node holds run (stop)
+        or end ``interrupted`` at once (close cancels them before their begin)."""
+        try:
+            for pending in (self._recovery, self._queued):
+                if pending.unanswered:
+                    pending.resolve_unanswered()
+        except Exception as exc:
+            logger.warning("node %s stopped with claims whose answer was lost; their leases settle them: %s",
+                           self.ctx.node_id, exc)
 
     # --- the loop -----------------------------------------------------------------------
 
@@ -108,7 +121,8 @@ class Node:
         warm = False  # the start path's statements built before the first busy minute (store/executions.py),
         while not self._stopping.is_set():  # once the database answered (not a connect timeout in an outage)
             if self.tick() and not warm:
-                warm = self._warm_up()
+                self._warm_up()
+                warm = True
             self._collector.before_next_minute()  # runtime/collector.py
             deadline = time.monotonic() + (self._wait_s() if self._retry_in is None else self._retry_in)
             while not self._stopping.is_set():
@@ -179,12 +193,11 @@ class Node:
                 self._last_tick_ms = int((time.monotonic() - began) * 1000)
             return False
 
-    def _warm_up(self) -> bool:
+    def _warm_up(self) -> None:
         try:
             self.ctx.executions.warm_up(self.ctx.tasks.version)
         except Exception as exc:  # its first busy minute pays for it, as without a warm-up
             logger.warning("warm-up of the claim path failed on node %s: %s", self.ctx.node_id, exc)
-        return True
 
     def _tick(self) -> None:
         sent = time.monotonic()

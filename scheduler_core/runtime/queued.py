@@ -45,7 +45,7 @@ class QueuedClaims:
         run. Until a newer row is queued, or a jittered one's delayed start comes, a scan that
         found none of ours is not repeated."""
         if self.unanswered:
-            self._resolve_unanswered()
+            self.resolve_unanswered()
         if latest_queued is None:
             self._wake = None
             return
@@ -73,14 +73,15 @@ class QueuedClaims:
         self.submit(Runner(self.ctx, Ownership(claimed_execution(request, self.ctx.node_id), request.token, None, [],
                                                reread=True)))
 
-    def _resolve_unanswered(self) -> None:
+    def resolve_unanswered(self) -> None:
         """Read back each claim whose answer was lost: a row running under its token is this
         node's, and runs now; any other never became ours (still queued, waiting again, skipped,
         or another node's). Raises while the database does not answer (kept for the next scan)."""
-        for occurrence_id, request in list(self.unanswered.items()):
-            row = self.ctx.executions.get(occurrence_id)
-            del self.unanswered[occurrence_id]
-            if row is not None and row.execution_token == request.token and row.status == ExecutionStatus.RUNNING:
+        unanswered = self.unanswered
+        held = self.ctx.executions.held({o: r.token for o, r in unanswered.items()})
+        self.unanswered = {}
+        for occurrence_id, request in unanswered.items():
+            if occurrence_id in held:
                 logger.info("claim of queued %s found committed: its answer had been lost", occurrence_id)
                 self._run(request)
 

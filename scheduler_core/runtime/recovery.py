@@ -57,10 +57,11 @@ class ExpiryRecovery:
         """Read back each takeover whose answer was lost: the row carries its token (running) when
         it committed, and then this node runs it now; otherwise it never happened, or another node
         acted since. Raises while the database still does not answer (kept for the next tick)."""
-        for occurrence_id, (execution, token) in list(self.unanswered.items()):
-            row = self.ctx.executions.get(occurrence_id)
-            del self.unanswered[occurrence_id]
-            if row is not None and row.execution_token == token and row.status == ExecutionStatus.RUNNING:
+        unanswered = self.unanswered
+        held = self.ctx.executions.held({o: token for o, (_, token) in unanswered.items()})
+        self.unanswered = {}
+        for occurrence_id, (execution, token) in unanswered.items():
+            if occurrence_id in held:
                 logger.info("takeover of %s found committed: its answer had been lost", occurrence_id)
                 self._run_taken(execution, token)
 

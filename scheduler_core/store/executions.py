@@ -235,6 +235,22 @@ class ExecutionRepository:
 
         return read(self.engine, work) if occurrence_ids else set()
 
+    def held(self, tokens: dict[str, str]) -> set[str]:
+        """Which occurrences of ``tokens`` (occurrence id -> execution token) are running under
+        that token: how a write whose COMMIT answer was lost is read back (500 a statement)."""
+        ids = list(tokens)
+
+        def work(conn: Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(ids), 500):
+                query = (select(executions.c.occurrence_id, executions.c.execution_token)
+                         .where(executions.c.occurrence_id.in_(ids[start:start + 500]),
+                                executions.c.status == ExecutionStatus.RUNNING))
+                found.update(o for o, token in conn.execute(query) if tokens[o] == token)
+            return found
+
+        return read(self.engine, work) if ids else set()
+
     def running(self, limit: int = 500) -> list[Execution]:
         """Executions currently owned under a lease (for the nodes page), oldest first."""
         query = (select(executions).where(executions.c.status == ExecutionStatus.RUNNING)

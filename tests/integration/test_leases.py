@@ -21,7 +21,15 @@ from scheduler_core.model import Attempt
 from scheduler_core.store import ClaimRequest, ExecutionRepository
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.conftest import TestDatabase
-from tests.helpers.journal import abandon_running_execution, db_now, slot_holder, wait_for_status
+from tests.helpers.journal import (
+    abandon_running_execution,
+    db_now,
+    execution_row,
+    insert_rows,
+    slot_holder,
+    wait_for_status,
+)
+from tests.helpers.statements import counting
 
 
 def _node(make_node: Any, hooks: Any = None, **config: Any) -> Scheduler:
@@ -382,3 +390,24 @@ def test_each_takeover_counts_the_sequence_up_by_one(engine: Engine, make_node: 
     done = wait_for_status(node, occurrence, "success")
     assert seen == [(2, 2), (3, 3)]
     assert (done.sequence, [a.sequence for a in done.attempts]) == (3, [1, 2, 3])
+
+
+def test_a_lost_answer_is_read_back_for_many_occurrences_in_one_statement_per_500(engine: Engine) -> None:
+    """``held``: which occurrences run under the token a write whose answer was lost carried.
+    Only a running row under that token counts (not another token, not a settled row, not a
+    missing one), and 700 are asked in two statements, not one per row."""
+    rows = []
+    for i in range(700):
+        status = "success" if i % 7 == 3 else "running"
+        row = execution_row(f"occ-{i}", 1_000, status=status)
+        rows.append({**row, "execution_token": f"tok-{i}" if i % 5 else f"other-{i}"})
+    insert_rows(engine, executions, rows)
+    tokens = {f"occ-{i}": f"tok-{i}" for i in range(700)} | {"occ-absent": "tok-x"}
+    repository = ExecutionRepository(engine, "node-a", 1_000)
+    with counting(engine) as one:
+        assert repository.held({"occ-1": "tok-1"}) == {"occ-1"}
+    with counting(engine) as count:
+        held = repository.held(tokens)
+    assert held == {f"occ-{i}" for i in range(700) if i % 7 != 3 and i % 5}
+    assert (count.statements - one.statements, count.transactions) == (1, 1)  # one more SELECT, one transaction
+    assert repository.held({}) == set()

@@ -36,7 +36,7 @@ from tests.conftest import TestDatabase
 from tests.helpers.fault_cluster import recording_hooks
 from tests.helpers.fault_node import statement_kind
 from tests.helpers.http_server import RecordingServer
-from tests.helpers.journal import abandon_running_execution, enter_minute, wait_for_status
+from tests.helpers.journal import abandon_running_execution, enter_minute, slot_holder, wait_for_status
 from tests.helpers.oracle import read_effects, read_journal
 from tests.helpers.tcp_proxy import TcpProxy
 from tests.integration.test_alerts import wait_until
@@ -243,6 +243,22 @@ def _sets_only(table: str, columns: set[str]) -> Callable[[list[str]], bool]:
     return matches
 
 
+def _jittered_claim_answer_lost(proxied: Engine, proxy: TcpProxy, ran: list[str],
+                                tick_interval_ms: int) -> tuple[Scheduler, str, threading.Event]:
+    """A started node with a jittered occurrence due this minute (lease 60 s), the answer to the
+    COMMIT of its queued row's claim set to be dropped: (node, occurrence, dropped)."""
+    node = Scheduler(proxied, SchedulerConfig(node_id="node-a", lease_ms=60_000, tick_interval_ms=tick_interval_ms),
+                     hooks={"on_task_execute": lambda event: ran.append(event.context.occurrence_id) or "ok"})
+    node.init()
+    minute = enter_minute(proxied, seconds_into=0.5)  # the node's engine: its clock offset is its own
+    node.register(TaskDefinition(id="jit", name="jit", cron="* * * * *", jitter_ms=2_000,
+                                 calendar={"active_from_ms": minute, "active_until_ms": minute + 60_000}))
+    sprung = proxy.drop_reply_to_next_commit(
+        _sets_only("executions", {"status", "reason", "execution_token", "owner_node", "lease_until", "updated_at"}))
+    node.start()
+    return node, cron_occurrence_id("jit", minute), sprung
+
+
 def test_a_queued_claim_whose_answer_was_lost_is_read_back_and_run(
         server_engine: Engine, proxied: Engine, proxy: TcpProxy) -> None:
     """A jittered occurrence waits ``queued`` for its delayed start; the answer to the COMMIT of
@@ -250,16 +266,7 @@ def test_a_queued_claim_whose_answer_was_lost_is_read_back_and_run(
     row back on its next scan, finds its token, and runs it now, once -- not left running under a
     token nobody holds until its lease runs out and it is settled ``interrupted``, never run."""
     ran: list[str] = []
-    node = Scheduler(proxied, SchedulerConfig(node_id="node-a", lease_ms=60_000, tick_interval_ms=TICK_MS),
-                     hooks={"on_task_execute": lambda event: ran.append(event.context.occurrence_id) or "ok"})
-    node.init()
-    minute = enter_minute(proxied, seconds_into=0.5)  # the node's engine: its clock offset is its own
-    node.register(TaskDefinition(id="jit", name="jit", cron="* * * * *", jitter_ms=2_000,
-                                 calendar={"active_from_ms": minute, "active_until_ms": minute + 60_000}))
-    occurrence = cron_occurrence_id("jit", minute)
-    sprung = proxy.drop_reply_to_next_commit(
-        _sets_only("executions", {"status", "reason", "execution_token", "owner_node", "lease_until", "updated_at"}))
-    node.start()
+    node, occurrence, sprung = _jittered_claim_answer_lost(proxied, proxy, ran, tick_interval_ms=TICK_MS)
     try:
         wait_until(sprung.is_set, "the queued claim's COMMIT answer to be dropped", timeout=30)
         done = wait_for_status(node, occurrence, "success", timeout=20)  # a lease is 60 s
@@ -267,6 +274,28 @@ def test_a_queued_claim_whose_answer_was_lost_is_read_back_and_run(
         node.close()
     assert (done.sequence, [(a.node_id, a.status) for a in done.attempts]) == (1, [("node-a", "success")])
     assert ran == [occurrence]
+
+
+@pytest.mark.parametrize("ending", ["stop", "close"])
+def test_a_node_that_stops_with_a_lost_claim_answer_reads_it_back(
+        server_engine: Engine, proxied: Engine, proxy: TcpProxy, ending: str) -> None:
+    """The node stops right after the answer to a queued claim's COMMIT was lost, before a scan
+    could read it back: the stop reads it back. Stopped, the node runs it (it is its own); closed,
+    it ends ``interrupted`` (closing) with its handler never called and its slot free -- at once,
+    not running under a token nobody holds until its lease (60 s) runs out."""
+    ran: list[str] = []
+    node, occurrence, sprung = _jittered_claim_answer_lost(proxied, proxy, ran, tick_interval_ms=2_000)
+    try:
+        wait_until(sprung.is_set, "the queued claim's COMMIT answer to be dropped", timeout=30)
+        node.stop() if ending == "stop" else node.close()  # the next scan is a tick interval (1-2 s backoff) away
+        (row,) = read_journal(server_engine).executions
+    finally:
+        node.close()
+    if ending == "stop":
+        assert (row["status"], row["sequence"], ran) == ("success", 1, [occurrence])
+    else:
+        assert (row["status"], row["reason"], ran) == ("interrupted", "closing", [])
+        assert slot_holder(server_engine, "jit") is None
 
 
 def test_a_wave_whose_sending_mark_was_not_answered_is_not_sent_and_goes_back(
