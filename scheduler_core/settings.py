@@ -22,6 +22,8 @@ from typing import Any, NoReturn
 from scheduler_core.config import SchedulerConfig, groups_from_text
 from scheduler_core.db import DatabaseConfig
 from scheduler_core.errors import ConfigError, DatabaseConfigError, ReachConfigError, ReachError
+from scheduler_core.oidc_settings import VARIABLES as SIGN_ON_VARIABLES
+from scheduler_core.oidc_settings import SignOn, read_sign_on
 from scheduler_core.validation import FieldError, check_bool, check_int, check_text, shown
 
 DEFAULT_BIND = "127.0.0.1:8000"
@@ -42,10 +44,10 @@ VARIABLES = frozenset(f"HAI_{name}" for name in (
     "DATABASE_BUSY_TIMEOUT_MS", "DATABASE_TLS_CA", "DATABASE_TLS_CERT", "DATABASE_TLS_KEY", "DATABASE_TLS_VERIFY",
     "ENV", "E2E", "SECRET_KEY", "SECRET_KEY_FILE", "ADMIN_PASSWORD", "NEW_PASSWORD", "BIND", "WORKERS", "THREADS",
     "REACH_CONFIG", "CONFIG_FILE", "COOKIE_SECURE", "HOOKS", "NODE_GROUPS", "PUBLIC_URL", "TRUSTED_PROXIES",
-    "METRICS_TOKEN", "METRICS_ALLOW", "API_RATE_LIMIT"))
+    "METRICS_TOKEN", "METRICS_ALLOW", "API_RATE_LIMIT", *SIGN_ON_VARIABLES))
 # HAI_CONFIG_FILE's keys the dashboard reads (other keys go to Flask's configuration as they are).
 FILE_KEYS = ("ADMIN_PASSWORD", "SECRET_KEY", "COOKIE_SECURE", "REACH", "REACH_CONFIG", "PUBLIC_URL",
-             "TRUSTED_PROXIES", "METRICS_TOKEN", "METRICS_ALLOW", "API_RATE_LIMIT")
+             "TRUSTED_PROXIES", "METRICS_TOKEN", "METRICS_ALLOW", "API_RATE_LIMIT", *SIGN_ON_VARIABLES)
 # difflib's ratio: HAI_DATABSE_URL 0.97 and HAI_ADMIN_PASS 0.88 are typos; HAI_SMS_TOKEN (0.80) and
 # HAI_TEST_WORKERS (0.81), someone's own variables, are not.
 TYPO_CUTOFF = 0.85
@@ -74,6 +76,7 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)  # HAI_METRICS_TOKEN: bearer token for /metrics
     metrics_allow: tuple[str, ...] = METRICS_LOOPBACK  # HAI_METRICS_ALLOW: networks scraping without a token
     api_rate_limit: int = 600  # HAI_API_RATE_LIMIT: JSON API requests per token per minute, 1..1000000
+    sign_on: SignOn = field(default_factory=SignOn)  # HAI_OIDC_* and HAI_LOCAL_LOGIN (oidc_settings.py)
     dashboard: Mapping[str, Any] = field(default_factory=dict, repr=False)  # HAI_CONFIG_FILE's object
 
     def dashboard_config(self) -> dict[str, Any]:
@@ -82,7 +85,7 @@ class Settings:
         values.update(HOOKS=self.hooks, NODE_GROUPS=self.groups, ADMIN_PASSWORD=self.admin_password,
                       COOKIE_SECURE=self.cookie_secure, REACH_CONFIG=self.reach_config, PUBLIC_URL=self.public_url,
                       TRUSTED_PROXIES=self.trusted_proxies, METRICS_TOKEN=self.metrics_token,
-                      METRICS_ALLOW=self.metrics_allow, API_RATE_LIMIT=self.api_rate_limit)
+                      METRICS_ALLOW=self.metrics_allow, API_RATE_LIMIT=self.api_rate_limit, SIGN_ON=self.sign_on)
         if self.secret_key:
             values["SECRET_KEY"] = self.secret_key
         return values
@@ -111,6 +114,7 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
         metrics_token=metrics_token(*source.dashboard("METRICS_TOKEN")),
         metrics_allow=metrics_networks(*source.dashboard("METRICS_ALLOW")),
         api_rate_limit=_api_rate_limit(*source.dashboard("API_RATE_LIMIT")),
+        sign_on=read_sign_on(source.dashboard, environment),
         dashboard=_checked_file(source),
     )
 

@@ -77,3 +77,7 @@ class DeliveryResolution(StrEnum):
 
     SENT = "sent"
     DISCARDED = "discarded"
+
+
+# The dashboard's roles, lowest first: each can do what the ones before it can.
+ROLES = ("viewer", "operator", "admin")

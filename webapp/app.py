@@ -22,6 +22,7 @@ from flask_wtf.csrf import CSRFProtect
 from scheduler_core.db import DatabaseConfig, engine_options, health_check, prepare_engine, upgrade
 from scheduler_core.db.config import is_production
 from scheduler_core.errors import ReachConfigError
+from scheduler_core.oidc_settings import SignOn
 from scheduler_core.reach import QueuePolicy
 from scheduler_core.runtime.accounts import Accounts, AuditTrail
 from scheduler_core.runtime.api_tokens import ApiTokens, check_rate_limit
@@ -38,6 +39,7 @@ from webapp import (
     logs,
     nodes,
     notifications,
+    oidc,
     overview,
     task_backfill,
     tasks,
@@ -95,6 +97,9 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.config.update(settings.dashboard_config())
     if test_config is not None:
         app.config.update(test_config)
+    # The identity provider's discovery first: a provider that does not agree stops start-up before
+    # anything runs (webapp/oidc.py).
+    oidc.install(app, app.config.get("SIGN_ON") or SignOn(), str(app.config.get("ENV_NAME") or settings.environment))
     config = _database_config(app)
     app.config["SQLALCHEMY_DATABASE_URI"] = config.sqlalchemy_url().render_as_string(hide_password=False)
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = _sized(engine_options(config), app, settings.threads)

@@ -33,9 +33,7 @@ from flask import (
     abort,
     current_app,
     g,
-    make_response,
     redirect,
-    render_template,
     request,
     session,
     url_for,
@@ -48,17 +46,19 @@ from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import MAX_PASSWORD, ROLES, Accounts, Logins, LoginVerdict, User
 from scheduler_core.settings import MAX_PROXIES
 from scheduler_core.validation import check_int, shown
+from webapp import oidc
 from webapp.htmx import is_htmx
 from webapp.node import accounts_of
+from webapp.oidc import end_session_url
+from webapp.signin import login_page, logins, safe_next, sign_on_of, start_signed_in
 
 bp = Blueprint("auth", __name__)
-PUBLIC_ENDPOINTS = {"auth.login", "health.healthz", "static"}
+PUBLIC_ENDPOINTS = {"auth.login", "health.healthz", "static", "oidc.start", "oidc.callback"}
 PUBLIC_ENDPOINTS |= {"metrics.scrape"}  # its own token or address allow-list (webapp/metrics.py)
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
-MAX_NEXT = 2000  # a longer "next" is no page of this dashboard
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-NO_STORE_PUBLIC = {"auth.login"}  # its CSRF token and error are for one browser, once
+NO_STORE_PUBLIC = {"auth.login", "oidc.start", "oidc.callback"}  # its CSRF token and error are for one browser, once
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -73,27 +73,6 @@ class CurrentUser:
 
 def _users() -> Accounts:
     return accounts_of(current_app)
-
-
-def _logins() -> Logins:
-    logins: Logins = current_app.extensions["hai_logins"]
-    return logins
-
-
-def safe_next(target: Any) -> str | None:
-    """Where to go after signing in: a path of this site, or None. Refused: anything not
-    starting with one ``/`` (``//host``, ``/\\host`` and schemes leave the site), backslashes,
-    control characters (CR/LF would split the Location header), unpaired surrogates, over MAX_NEXT."""
-    if not isinstance(target, str) or not target.startswith("/") or len(target) > MAX_NEXT:
-        return None
-    if target.startswith("//") or "\\" in target or any(ord(c) < 0x20 or ord(c) == 0x7F for c in target):
-        return None
-    try:
-        target.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    parts = urlsplit(target)
-    return target if not parts.scheme and not parts.netloc else None
 
 
 def client_address() -> str:
@@ -118,15 +97,11 @@ def _decoy_hash() -> str:
     return generate_password_hash("no user has this password")
 
 
-def _login_page(next_url: str | None, error: str | None, status: int = 200) -> Response:
-    return make_response(render_template("auth/login.html", next=next_url, error=error), status)
-
-
 def _throttled(next_url: str | None, verdict: LoginVerdict) -> Response:
     seconds = max(1, math.ceil(verdict.retry_after_ms / 1000))
     wait = f"{seconds} seconds" if seconds < 120 else f"{math.ceil(seconds / 60)} minutes"
     whom = "from your address" if verdict.reason == "address" else "for this user from your address"
-    response = _login_page(next_url, f"Too many failed sign-ins {whom}; try again in {wait}.", 429)
+    response = login_page(next_url, f"Too many failed sign-ins {whom}; try again in {wait}.", 429)
     response.headers["Retry-After"] = str(seconds)
     return response
 
@@ -135,26 +110,25 @@ def _throttled(next_url: str | None, verdict: LoginVerdict) -> Response:
 def login() -> ResponseReturnValue:
     next_url = safe_next(request.values.get("next"))  # checked first: a bad one is dropped, never followed
     if request.method != "POST":  # GET, and HEAD: looking at the page is no sign-in attempt
-        return _login_page(next_url, None)
+        return login_page(next_url, None)
+    if not sign_on_of().local:
+        return login_page(next_url, "Local accounts are turned off here: use single sign-on.", 403)
     name = request.form.get("username", "").strip()
     password = request.form.get("password", "")
-    address, logins = client_address(), _logins()
-    verdict = logins.verdict(address, name)
+    address, counts = client_address(), logins()
+    verdict = counts.verdict(address, name)
     if not verdict.allowed:
         return _throttled(next_url, verdict)
-    logins.attempt(address, name)  # counted before the (slow) password check; taken back on success
+    counts.attempt(address, name)  # counted before the (slow) password check; taken back on success
     user = _known_user(name)
     # The hash is checked whether or not the user exists or is enabled: the time taken tells nothing.
+    # A user who signs on with the identity provider has no password that matches (NO_PASSWORD).
     matches = len(password) <= MAX_PASSWORD and check_password_hash(
         user.password_hash if user is not None else _decoy_hash(), password)
     if user is None or user.disabled or not matches:
-        return _login_page(next_url, "Unknown user name or wrong password.", 401)
-    logins.succeeded(address, user.name)
-    logins.end_session(session.get("sid"))  # signing in again (as anyone) ends the session this browser had
-    session.clear()
-    session["sid"] = logins.start_session(user.name)
-    session.permanent = True
-    _users().record_login(user.name)
+        return login_page(next_url, "Unknown user name or wrong password.", 401)
+    counts.succeeded(address, user.name)
+    start_signed_in(user.name)  # signing in again (as anyone) ends the session this browser had
     return redirect(next_url or url_for("overview.index"))
 
 
@@ -167,9 +141,10 @@ def _known_user(name: str) -> User | None:
 
 @bp.post("/logout")
 def logout() -> ResponseReturnValue:
-    _logins().end_session(session.get("sid"))  # the cookie's copies stop working too
+    provider_logout = end_session_url() if oidc.signed_on() else None
+    logins().end_session(session.get("sid"))  # the cookie's copies stop working too
     session.clear()
-    return redirect(url_for("auth.login"))
+    return redirect(provider_logout or url_for("auth.login"))  # then the provider's session (RP-initiated)
 
 
 def _load_user() -> ResponseReturnValue | None:
@@ -177,7 +152,11 @@ def _load_user() -> ResponseReturnValue | None:
     if request.endpoint == "static" or request.path.startswith("/api/"):
         return None  # the JSON API signs in by bearer token only (webapp/api/core.py): never by this cookie
     if "sid" in session:
-        found = _logins().session_user(session["sid"])
+        found = logins().session_user(session["sid"])
+        if found is not None:
+            found = oidc.check_session(found)  # groups read again when old; local accounts maybe turned off
+            if found is None:
+                logins().end_session(session["sid"])
         if found is not None:
             g.user, g.session_token = CurrentUser(found.name, found.role), session["sid"]
         else:
@@ -242,7 +221,7 @@ def own_session(name: str) -> str | None:
 
 
 def _security_headers(response: Response) -> Response:
-    response.headers.setdefault("Content-Security-Policy", CSP)
+    response.headers.setdefault("Content-Security-Policy", current_app.extensions.get("hai_csp", CSP))
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "same-origin")
@@ -290,6 +269,8 @@ def _template_globals() -> dict[str, Any]:
 
 
 def install(app: Flask) -> None:
+    if (provider := oidc.logout_origin(app)) is not None:  # the logout form's redirect goes on to the provider
+        app.extensions["hai_csp"] = CSP.replace("form-action 'self'", f"form-action 'self' {provider}")
     app.extensions["hai_logins"] = Logins(app.extensions["hai_engine"])
     proxies = check_int(app.config.get("TRUSTED_PROXIES", 0), "HAI_TRUSTED_PROXIES", 0, MAX_PROXIES)
     if proxies:  # believe X-Forwarded-For as far as that many proxies of ours appended to it

@@ -27,6 +27,7 @@ from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import ROLES, Accounts, check_new_password, check_username
 from scheduler_core.settings import Settings
 from scheduler_core.testing import clock_offset_from_env
+from webapp.oidc import discover
 from webapp.token_cli import add_token_command
 
 
@@ -51,6 +52,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     node_hooks(args, settings)  # imported once here: a bad --hooks stops serve before any worker boots
     _check_listen(settings.bind, "--bind" if args.bind is not None else "HAI_BIND")
     clock_offset_from_env()  # tests' DB clock offset, applied by each worker (webapp/app.py): checked here
+    if settings.sign_on.oidc is not None:  # an issuer without discovery stops it here, before any file is made
+        discover(settings.sign_on.oidc, settings.environment)
     close_engine(create_engine(settings.database))  # health-checked: an unreachable database stops it here
     # gunicorn's master (gunicorn_conf.py) and each worker (webapp.node.make_scheduler) read the
     # settings again: hand them the ones chosen here, flags included.

@@ -317,6 +317,9 @@ users = Table(
     _ms("created_at"),
     _ms("updated_at"),
     _ms("last_login_at", nullable=True),
+    # Single sign-on (migration 0023): SHA-256 of the issuer and the subject; NULL: a local account.
+    Column("identity", String(64), nullable=True),
+    Index(None, "identity", unique=True),
     **MYSQL_TABLE_OPTIONS,
 )
 

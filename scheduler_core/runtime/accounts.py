@@ -23,8 +23,16 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from scheduler_core.errors import ConfigError
+from scheduler_core.statuses import ROLES
 from scheduler_core.store.logins import FailureCounts, LoginFailureRepository, SessionRepository, SessionUser
-from scheduler_core.store.users import ROLES, AuditEntry, AuditRepository, LastAdminError, User, UserRepository
+from scheduler_core.store.users import (
+    AuditEntry,
+    AuditRepository,
+    LastAdminError,
+    NameTakenError,
+    User,
+    UserRepository,
+)
 from scheduler_core.validation import (
     check_bool,
     check_json,
@@ -35,9 +43,24 @@ from scheduler_core.validation import (
     shown,
 )
 
-__all__ = ["MIN_PASSWORD", "ROLES", "Accounts", "AuditEntry", "AuditTrail", "FailureCounts", "LastAdminError",
-           "LoginVerdict", "Logins", "SessionUser", "User", "check_new_password", "check_role", "check_username",
-           "login_verdict"]
+__all__ = [
+    "MIN_PASSWORD",
+    "ROLES",
+    "Accounts",
+    "AuditEntry",
+    "AuditTrail",
+    "FailureCounts",
+    "LastAdminError",
+    "LoginVerdict",
+    "Logins",
+    "NameTakenError",
+    "SessionUser",
+    "User",
+    "check_new_password",
+    "check_role",
+    "check_username",
+    "login_verdict",
+]
 MAX_NAME = 64
 MAX_REASON = 2000
 TARGET_MAX = 255  # what an action was about: a task id, an occurrence id, a template name
@@ -159,6 +182,14 @@ class Accounts:
 
     def record_login(self, name: str) -> None:
         self._repo.record_login(_name("name", name))
+
+    def sign_on(self, issuer: str, subject: str, name: Any, role: str) -> tuple[User, User | None]:
+        """The user a person of the identity provider (``issuer``, ``subject``) is here, and as it
+        was before (None: created now, as ``name``); its role what their groups grant now. ``NameTakenError``
+        when the name is another user's (a local account is never taken over);
+        ``ConfigError`` naming ``name`` when it cannot be a user name."""
+        identity = hashlib.sha256(f"{issuer}\n{subject}".encode()).hexdigest()
+        return self._repo.sign_on(check_username(name), identity, check_role(role))
 
 
 def _digest(token: str) -> str:

@@ -29,6 +29,7 @@ class SessionUser:
 
     name: str
     role: str  # viewer | operator | admin, read on every request
+    signs_on: bool = False  # a user of the identity provider (False: a local account)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class SessionRepository:
         """The user of a valid session, or None (no row, expired, user gone or disabled).
         A session not seen for ``touch_ms`` is seen now: ``last_seen_at`` = now and ``expires_at``
         = min(created_at + lifetime_ms, now + idle_ms). At most one write per session per ``touch_ms``."""
-        query = (select(users.c.username, users.c.role, user_sessions.c.created_at, user_sessions.c.last_seen_at,
+        query = (select(users.c.username, users.c.role, users.c.identity, user_sessions.c.created_at,
+                        user_sessions.c.last_seen_at,
                         user_sessions.c.expires_at, db_now_ms().label("now"))
                  .join(users, users.c.username == user_sessions.c.username)
                  .where(user_sessions.c.id == digest, users.c.disabled == false()))
@@ -89,7 +91,7 @@ class SessionRepository:
             expires = min(to_ms(row.created_at, "created_at") + lifetime_ms, now + idle_ms)
             write(self.engine, lambda c: c.execute(update(user_sessions).where(user_sessions.c.id == digest).values(
                 last_seen_at=now, expires_at=expires)))
-        return SessionUser(row.username, row.role)
+        return SessionUser(row.username, row.role, row.identity is not None)
 
     def end(self, digest: str) -> None:
         """Delete one session (logout); nothing when it is already gone."""

@@ -16,11 +16,10 @@ from sqlalchemy.exc import IntegrityError
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import audit_log, users
 from scheduler_core.errors import ConfigError, ConflictError
+from scheduler_core.statuses import ROLES
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.logins import end_user_sessions
 from scheduler_core.store.transactions import one_row, read, write
-
-ROLES = ("viewer", "operator", "admin")
 
 
 @dataclass(frozen=True)
@@ -32,10 +31,18 @@ class User:
     last_login_at: int | None
     created_at: int
     updated_at: int  # the version a change must name (compare-and-set)
+    identity: str | None = None  # signs on with the identity provider (its role comes from there); None: local
 
 
 class LastAdminError(ConfigError):
     """The change would leave no enabled admin: nobody could manage users any more."""
+
+
+class NameTakenError(ConfigError):
+    """Signing on as a name a local account (or another person of the provider) already has."""
+
+
+NO_PASSWORD = "!sign-on"  # the password hash of a user who signs on: no password matches it
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class AuditEntry:
 def _user(row: Row[Any]) -> User:
     return User(row.username, row.role, row.password_hash, bool(row.disabled),
                 optional_ms(row.last_login_at, "last_login_at"), to_ms(row.created_at, "created_at"),
-                to_ms(row.updated_at, "updated_at"))
+                to_ms(row.updated_at, "updated_at"), row.identity)
 
 
 def _check_role(role: str) -> None:
@@ -143,6 +150,10 @@ class UserRepository:
                 raise ConflictError(f"user {name!r} changed since version {expected_updated_at} (or is gone)",
                                     name=name)
             current = _user(row)
+            if current.identity is not None and what in ("role", "password"):
+                raise ConfigError(what, f"{name!r} signs on with the identity provider: its {what} comes from there "
+                                        "(its groups)" if what == "role" else f"{name!r} signs on with the identity "
+                                        "provider and has no password here")
             stays_admin = values.get("role", current.role) == "admin" and not values.get("disabled", current.disabled)
             if name in admins and not stays_admin and len(admins) <= 1:
                 raise LastAdminError(what, f"{name!r} is the last enabled admin: make another user an admin "
@@ -154,6 +165,40 @@ class UserRepository:
                 raise ConflictError(f"user {name!r} changed meanwhile", name=name)
             end_user_sessions(conn, name, keep)
             return _user(conn.execute(select(users).where(users.c.username == name)).one())
+
+        return write(self.engine, work)
+
+    def sign_on(self, name: str, identity: str, role: str) -> tuple[User, User | None]:
+        """The user who signs on with ``identity`` (a digest of issuer and subject), created on
+        first sign-on as ``name``, with ``role`` (what their groups grant now) written when it
+        changed; with the user as it was before (None: created now). Raises ``NameTakenError``
+        when ``name`` is another user's: a local account is never taken over by a person of the
+        provider who has its name. A disabled user is returned as it is (the caller refuses it)."""
+        _check_role(role)
+
+        def work(conn: Connection) -> tuple[User, User | None]:
+            row = conn.execute(select(users).where(users.c.identity == identity).with_for_update()).first()
+            before = _user(row) if row is not None else None
+            if row is None:
+                now = db_statement_now_ms()
+                try:
+                    with conn.begin_nested():
+                        conn.execute(users.insert().values(
+                            username=name, role=role, password_hash=NO_PASSWORD, disabled=False, identity=identity,
+                            created_at=now, updated_at=now))
+                except IntegrityError:  # the name is taken, or a sign-on of the same person at the same instant
+                    row = conn.execute(select(users).where(users.c.identity == identity).with_for_update()).first()
+                    if row is None:
+                        raise NameTakenError("name", f"{name!r} is the name of another user of this dashboard: "
+                                                     "an admin must rename or remove it first") from None
+                    before = _user(row)
+                else:
+                    row = conn.execute(select(users).where(users.c.identity == identity)).one()
+            if row.role != role and not row.disabled:
+                conn.execute(update(users).where(users.c.identity == identity).values(
+                    role=role, updated_at=greatest(conn, db_now_ms(), users.c.updated_at + 1)))
+                row = conn.execute(select(users).where(users.c.identity == identity)).one()
+            return _user(row), before
 
         return write(self.engine, work)
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,20 +93,28 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
         port = free_port()
         env = {**os.environ, "HAI_DATABASE_URL": database_url, "HAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
                "HAI_REACH_CONFIG": str(folder / "reach.json"), "HAI_THREADS": "4"}
-        env.pop("HAI_SECRET_KEY", None)
-        process = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--bind", f"127.0.0.1:{port}",
-                                    "--workers", "1"], env=env, cwd=folder, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.PIPE, text=True)
-        try:
-            _wait_healthy(f"http://127.0.0.1:{port}", process)
+        with served(env, folder, port) as process:
             yield Dashboard(f"http://127.0.0.1:{port}", database_url, receiver, reach_config, process)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
+
+
+@contextmanager
+def served(env: dict[str, str], folder: Path, port: int) -> Iterator[subprocess.Popen[str]]:
+    """``hai-scheduler serve`` (one worker) on 127.0.0.1:``port`` with ``env`` (no HAI_SECRET_KEY: a
+    key file is made in ``folder``), healthy when this yields; stopped by SIGTERM afterwards."""
+    env = {name: value for name, value in env.items() if name != "HAI_SECRET_KEY"}
+    process = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--bind", f"127.0.0.1:{port}",
+                                "--workers", "1"], env=env, cwd=folder, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", process)
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import json
 import re
 import subprocess
 import sys
@@ -29,6 +30,12 @@ SHELL_SKIPS = {
     "export HAI_DATABASE_URL='mysql://hai:secret@galera-2:3306/scheduler'   # this node's Galera node\n"
     "hai-scheduler db status     # \"galera\": the node's name, Primary or not, cluster size, sync_wait":
         "names a Galera node; tests/galera/test_settings.py runs db status on one of a real cluster",
+    "cd tests/helpers/oidc && npm ci --no-audit --no-fund && node provider.mjs example.json":
+        "serves until stopped; tests/helpers/oidc_provider.py starts the same provider for the sign-on tests, and "
+        "tests/unit/test_readme.py checks example.json against the command below",
+    "HAI_OIDC_ISSUER=http://127.0.0.1:9400 HAI_OIDC_CLIENT_ID=hai-dashboard HAI_OIDC_CLIENT_SECRET=example-secret \\\n"
+    "  HAI_OIDC_GROUP_ROLES='ops=default:operator, platform=*:admin' HAI_OIDC_NAME='the test provider' ./scripts/run":
+        "serves until stopped; tests/browser/test_sso.py runs serve with such settings against the test provider",
 }
 # Python blocks that need servers (SMTP, SMS, a webhook receiver) are compiled only.
 RUNNABLE = ("scheduler = Scheduler(", "upgrade(engine)")
@@ -105,3 +112,19 @@ def test_the_task_file_field_list_is_every_declared_field() -> None:
     listed = re.search(r"Each entry has the fields of `TaskDefinition` a user declares \((.*?)\)", README, re.DOTALL)
     assert listed, "the README's task-file field list is gone"
     assert re.findall(r"`(\w+)`", listed.group(1)) == list(FILE_FIELDS)
+
+
+def test_the_test_providers_example_matches_the_sign_on_walkthrough() -> None:
+    """The README's walk-through starts tests/helpers/oidc/example.json and the dashboard at its default
+    address with these settings: they must agree (issuer, client, secret, redirect URIs, the users' groups)."""
+    example = json.loads((ROOT / "tests/helpers/oidc/example.json").read_text())
+    (client,) = example["clients"]
+    command = next(code for code in SHELL_SKIPS if code.startswith("HAI_OIDC_ISSUER="))
+    assert f"HAI_OIDC_ISSUER=http://127.0.0.1:{example['port']} " in command
+    assert f"HAI_OIDC_CLIENT_ID={client['client_id']} " in command
+    assert f"HAI_OIDC_CLIENT_SECRET={client['client_secret']} " in command
+    assert client["redirect_uris"] == ["http://127.0.0.1:8000/login/sso/callback"]
+    assert client["post_logout_redirect_uris"] == ["http://127.0.0.1:8000/login"]
+    assert {name: user["groups"] for name, user in example["users"].items()} == {
+        "alice": ["ops"], "bob": ["platform"], "carol": ["marketing"]}
+    assert "127.0.0.1:8000" in README and "HAI_BIND" in README  # the default address the URIs name

@@ -67,6 +67,12 @@ SERVE_REFUSES = [
     ([], {"HAI_TEST_DB_CLOCK_OFFSET_MS": "abc"}, "HAI_TEST_DB_CLOCK_OFFSET_MS"),
     ([], {"HAI_TEST_DB_CLOCK_OFFSET_MS": "5_000"}, "HAI_TEST_DB_CLOCK_OFFSET_MS"),
     ([], {"HAI_ENV": "production"}, "HAI_DATABASE_URL"),  # SQLite, the default, is refused in production
+    ([], {"HAI_LOCAL_LOGIN": "nah"}, "HAI_LOCAL_LOGIN"),
+    ([], {"HAI_OIDC_CLIENT_ID": "dashboard"}, "HAI_OIDC_CLIENT_ID"),  # sign-on settings without an issuer
+    ([], {"HAI_OIDC_ISSUER": "http://127.0.0.1:9", "HAI_OIDC_CLIENT_ID": "dashboard", "HAI_OIDC_CLIENT_SECRET": "s",
+          "HAI_OIDC_GROUP_ROLES": "ops=default:operator"}, "HAI_OIDC_ISSUER"),  # no discovery document there
+    ([], {"HAI_OIDC_ISSUER": "https://id.example.test", "HAI_OIDC_CLIENT_ID": "dashboard",
+          "HAI_OIDC_CLIENT_SECRET": "s", "HAI_OIDC_GROUP_ROLES": "ops=payments:operator"}, "HAI_OIDC_GROUP_ROLES"),
 ]
 
 

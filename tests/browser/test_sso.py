@@ -1,0 +1,76 @@
+"""Single sign-on in a real browser: Chromium goes from a dashboard page to the identity provider's
+sign-in (the npm ``oidc-provider``, tests/helpers/oidc_provider.py), back to the page it asked for,
+and out again through the provider's logout. The dashboard is ``hai-scheduler serve`` configured by
+its ``HAI_OIDC_*`` settings, as the README says, so ``serve`` checks the provider's discovery first."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import ADMIN_PASSWORD, Dashboard, Screens, _require_browser, served
+from tests.helpers.http_server import RecordingServer
+from tests.helpers.oidc_provider import OidcProvider, require_oidc_provider
+from tests.helpers.served import free_port
+
+
+@pytest.fixture(scope="module")
+def provider_and_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OidcProvider, Dashboard]]:
+    _require_browser()
+    require_oidc_provider()
+    folder = tmp_path_factory.mktemp("sso")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with OidcProvider.start(clients=[{"client_id": "dashboard", "client_secret": "browser-secret",
+                                      "redirect_uris": [f"{url}/login/sso/callback"],
+                                      "post_logout_redirect_uris": [f"{url}/login"]}],
+                            users={"alice": {"groups": ["ops"], "email": "alice@example.test", "name": "Alice"}}) \
+            as provider, RecordingServer() as receiver:
+        (folder / "secret").write_text("browser-secret\n")
+        database_url = f"sqlite:///{folder}/dashboard.db"
+        env = {**os.environ, "HAI_DATABASE_URL": database_url, "HAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
+               "HAI_OIDC_ISSUER": provider.issuer, "HAI_OIDC_CLIENT_ID": "dashboard",
+               "HAI_OIDC_CLIENT_SECRET_FILE": str(folder / "secret"), "HAI_OIDC_NAME": "Example ID",
+               "HAI_OIDC_GROUP_ROLES": "ops=default:operator", "HAI_PUBLIC_URL": url}
+        with served(env, folder, port) as process:
+            yield provider, Dashboard(url, database_url, receiver, {}, process)
+
+
+@pytest.mark.parametrize("viewport", [{"width": 1280, "height": 900}, {"width": 390, "height": 844}],
+                         ids=["desktop", "phone"])
+def test_a_person_signs_on_lands_where_they_asked_and_signs_out_at_the_provider_too(
+        browser: Any, provider_and_dashboard: tuple[OidcProvider, Dashboard], shot: Screens,
+        viewport: dict[str, int]) -> None:
+    provider, dashboard = provider_and_dashboard
+    context = browser.new_context(viewport=viewport)
+    context.set_default_timeout(15_000)
+    errors: list[str] = []
+    page = context.new_page()
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error"
+            and not message.text.startswith("Failed to load resource") else None)
+    try:
+        page.goto(dashboard("/tasks/"))
+        page.wait_for_url(re.compile(r".*/login\?next=.*"))
+        shot(page, "sign-in")
+        page.get_by_role("link", name="Sign in with Example ID").click()
+        page.wait_for_url(re.compile(re.escape(provider.issuer) + r"/.*"))
+        page.locator("input[name=username]").fill("alice")
+        page.locator("input[name=password]").fill("whatever")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(dashboard("/tasks/"))
+        assert "alice" in page.content()
+        shot(page, "signed-on")
+        page.get_by_role("button", name="Log out").click()
+        page.wait_for_url(re.compile(re.escape(dashboard("/login")) + r".*"))
+        shot(page, "signed-out")
+        # signed out at the provider too: signing on again asks who you are
+        page.get_by_role("link", name="Sign in with Example ID").click()
+        page.wait_for_url(re.compile(re.escape(provider.issuer) + r"/.*"))
+        assert page.locator("input[name=username]").count() == 1
+    finally:
+        context.close()
+    assert not errors, f"the browser reported errors (CSP violations, script errors): {errors}"
