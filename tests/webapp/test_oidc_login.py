@@ -282,3 +282,23 @@ def test_a_provider_that_does_not_agree_stops_the_dashboard_at_start(
         create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/dash.db", "ADMIN_PASSWORD": ADMIN_PASSWORD,
                     "TESTING": True, "SIGN_ON": _sign_on(provider, **change)})
     assert caught.value.field == field and says in caught.value.message, caught.value
+
+
+def test_the_users_page_says_who_signs_on_and_offers_no_password_or_role_for_them(
+        sso_app: Flask, provider: OidcProvider) -> None:
+    _signed_on(sso_app.test_client(), provider, "alice")
+    admin = sso_app.test_client()
+    admin.post("/login", data={"username": "admin", "password": ADMIN_PASSWORD, "csrf_token": csrf_token(admin)})
+    page = admin.get("/users/manage/alice").get_data(as_text=True)
+    assert "with single sign-on" in page
+    assert "Reset password" not in page and "Change role" not in page
+    assert "with a password" in admin.get("/users/manage/admin").get_data(as_text=True)
+    before = _user(sso_app, "alice")
+    token = csrf_token(admin, "/users/manage/alice")
+    for action, form in (("/users/role/alice", {"role": "admin"}),
+                         ("/users/password/alice", {"password": "p" * 12, "confirm": "p" * 12})):
+        refused = admin.post(action, data={"csrf_token": token, "expected_updated_at": before.updated_at, **form})
+        assert refused.status_code == 400, (action, refused.status_code)
+        assert "identity provider" in refused.get_data(as_text=True)
+    after = _user(sso_app, "alice")
+    assert (after.role, after.password_hash, after.updated_at) == ("operator", "!sign-on", before.updated_at)
