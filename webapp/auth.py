@@ -144,6 +144,7 @@ def logout() -> ResponseReturnValue:
     provider_logout = end_session_url() if oidc.signed_on() else None
     logins().end_session(session.get("sid"))  # the cookie's copies stop working too
     session.clear()
+    session["signed_out"] = True  # the sign-in page says so, once
     return redirect(provider_logout or url_for("auth.login"))  # then the provider's session (RP-initiated)
 
 

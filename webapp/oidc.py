@@ -32,7 +32,7 @@ from scheduler_core.errors import ConfigError
 from scheduler_core.oidc_settings import OidcSettings, SignOn
 from scheduler_core.runtime.accounts import AuditTrail, NameTakenError, SessionUser
 from scheduler_core.validation import shown
-from webapp.signin import login_page, safe_next, sign_on_of, start_signed_in
+from webapp.signin import safe_next, sign_on_of, start_signed_in
 
 logger = logging.getLogger(__name__)
 bp = Blueprint("oidc", __name__)
@@ -58,7 +58,7 @@ def discover(settings: OidcSettings, environment: str) -> dict[str, Any]:
             body = response.raw.read(MAX_DISCOVERY + 1, decode_content=True)
             status = response.status_code
     except requests.RequestException as exc:
-        raise ConfigError("HAI_OIDC_ISSUER", f"no discovery document at {url}: {type(exc).__name__}") from None
+        raise ConfigError("HAI_OIDC_ISSUER", f"no discovery document at {url}: {_unanswered(exc)}") from None
     if status != 200 or len(body) > MAX_DISCOVERY:
         raise ConfigError("HAI_OIDC_ISSUER", f"no discovery document at {url}: HTTP {status}"
                           if status != 200 else f"the discovery document at {url} is over {MAX_DISCOVERY} bytes")
@@ -70,6 +70,16 @@ def discover(settings: OidcSettings, environment: str) -> dict[str, Any]:
         raise ConfigError("HAI_OIDC_ISSUER", f"the discovery document at {url} is not a JSON object")
     _check_metadata(metadata, settings, environment)
     return metadata
+
+
+def _unanswered(exc: requests.RequestException) -> str:
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within {TIMEOUT_S} s"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "its TLS certificate was refused"
+    if isinstance(exc, requests.ConnectionError):
+        return "cannot connect (is the provider running, and the address right?)"
+    return type(exc).__name__
 
 
 def _check_metadata(metadata: dict[str, Any], settings: OidcSettings, environment: str) -> None:
@@ -140,7 +150,9 @@ def start() -> ResponseReturnValue:
     session.pop("sso_next", None)
     if next_url:
         session["sso_next"] = next_url
-    return _provider().authorize_redirect(_callback_url())  # type: ignore[no-any-return]
+    # "Sign in as someone else" after a refusal: the provider asks who you are, though its session lives
+    extra = {"prompt": "login"} if request.args.get("again") == "1" else {}
+    return _provider().authorize_redirect(_callback_url(), **extra)  # type: ignore[no-any-return]
 
 
 @bp.get("/login/sso/callback")
@@ -149,33 +161,47 @@ def callback() -> ResponseReturnValue:
     try:
         token = _provider().authorize_access_token(leeway=LEEWAY_S, claims_options=_claims_options())
     except (OAuthError, JoseError, requests.RequestException, ValueError) as exc:
-        logger.warning("single sign-on refused: %s: %s", type(exc).__name__, exc)
-        return login_page(next_url, f"Single sign-on failed: {_reason(exc)}.", 401)
+        return _refused(next_url, f"Single sign-on failed: {_reason(exc)}.", exc)
     claims = token.get("userinfo")
     if not isinstance(claims, dict) or not isinstance(claims.get("sub"), str):
-        return login_page(next_url, "Single sign-on failed: the provider sent no ID token.", 401)
+        return _refused(next_url, "Single sign-on failed: the provider sent no ID token.")
     settings = _settings()
     groups = claims.get(settings.groups_claim)
-    if groups is None:  # some providers put groups only in userinfo
-        groups = _userinfo(token.get("access_token")).get(settings.groups_claim)
+    if groups is None:  # some providers put groups only in userinfo: the same person's, or none
+        try:
+            info = _userinfo(token.get("access_token"))
+        except (requests.RequestException, ValueError) as exc:
+            return _refused(next_url, "Single sign-on failed: the provider's userinfo did not answer.", exc)
+        groups = info.get(settings.groups_claim) if info.get("sub") == claims["sub"] else None
     role = settings.role_of(groups)
     if role is None:
-        return login_page(next_url, "Your groups at the identity provider grant no role in this dashboard.", 403)
+        return _refused(next_url, "Your groups at the identity provider grant no role in this dashboard.",
+                        switch=True)
     try:
         user, before = current_app.extensions["hai_accounts"].sign_on(settings.issuer, claims["sub"],
                                                                       claims.get(settings.username_claim), role)
     except NameTakenError as exc:
-        return login_page(next_url, f"Single sign-on failed: {exc.message}.", 403)
+        return _refused(next_url, f"Single sign-on failed: {exc.message}.", switch=True)
     except ConfigError:
-        return login_page(next_url, f"Single sign-on failed: the provider's {settings.username_claim} claim is "
-                                    "not a user name here (letters, digits and . - _ @, up to 64).", 403)
+        return _refused(next_url, f"Single sign-on failed: the provider's {settings.username_claim} claim is "
+                                  "not a user name here (letters, digits and . - _ @, up to 64).", switch=True)
     if user.disabled:
-        return login_page(next_url, "This user is disabled in the dashboard.", 403)
+        return _refused(next_url, "This user is disabled in the dashboard.", switch=True)
     _audit_role(user.name, before.role if before is not None else None, role)
     start_signed_in(user.name)
     session[SESSION_KEY] = {"sub": claims["sub"], "at": token.get("access_token"), "seen": time.time(),
                             "answered": time.time()}
     return redirect(next_url or url_for("overview.index"))
+
+
+def _refused(next_url: str | None, message: str, cause: Exception | None = None,
+             switch: bool = False) -> ResponseReturnValue:
+    """Back to the sign-in page with ``message`` (once): the callback's address, with its code, does
+    not stay in the address bar, and a reload asks nothing again. ``switch``: the person was
+    recognised and refused, so the page offers to sign in as someone else."""
+    logger.info("single sign-on refused: %s%s", message, f" ({type(cause).__name__}: {cause})" if cause else "")
+    session["sso_refused"] = {"message": message, "switch": switch}
+    return redirect(url_for("auth.login", next=next_url) if next_url else url_for("auth.login"))
 
 
 def _audit_role(name: str, before: str | None, role: str) -> None:
@@ -199,8 +225,11 @@ def _reason(exc: Exception) -> str:
     """A short cause for the sign-in page: never a token, never the provider's whole answer."""
     if isinstance(exc, OAuthError):
         return {"mismatching_state": "the sign-in was not started by this browser (state mismatch)",
-                "invalid_grant": "the provider refused the code (used already, or expired)"}.get(
-            exc.error, f"the provider answered {exc.error}")
+                "invalid_grant": "the provider refused the code (used already, or expired)",
+                "invalid_client": "the provider refused the dashboard's client id or secret (invalid_client): "
+                                  "check HAI_OIDC_CLIENT_ID and the client secret",
+                "access_denied": "it was cancelled or refused at the provider (access_denied)"}.get(
+            str(exc.error), f"the provider answered {str(exc.error)[:64]}")
     if isinstance(exc, requests.RequestException):
         return "the identity provider did not answer"
     text = type(exc).__name__

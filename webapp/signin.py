@@ -43,9 +43,15 @@ def safe_next(target: Any) -> str | None:
 
 
 def login_page(next_url: str | None, error: str | None, status: int = 200) -> Response:
+    """The sign-in page; ``error`` is the password form's. What single sign-on refused and a
+    logout's confirmation come once, from the session (a redirect brought the browser here)."""
     sign_on = sign_on_of()
+    refused = session.pop("sso_refused", None)
+    notice = "You are signed out." if session.pop("signed_out", None) else None
     return make_response(render_template(
-        "auth/login.html", next=next_url, error=error, local=sign_on.local,
+        "auth/login.html", next=next_url, error=error, local=sign_on.local, notice=notice,
+        sso_error=refused.get("message") if isinstance(refused, dict) else None,
+        sso_switch=bool(refused.get("switch")) if isinstance(refused, dict) else False,
         sso=sign_on.oidc.name if sign_on.oidc is not None else None), status)
 
 

@@ -28,7 +28,8 @@ def provider_and_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     with OidcProvider.start(clients=[{"client_id": "dashboard", "client_secret": "browser-secret",
                                       "redirect_uris": [f"{url}/login/sso/callback"],
                                       "post_logout_redirect_uris": [f"{url}/login"]}],
-                            users={"alice": {"groups": ["ops"], "email": "alice@example.test", "name": "Alice"}}) \
+                            users={"alice": {"groups": ["ops"], "email": "alice@example.test", "name": "Alice"},
+                                   "carol": {"groups": ["marketing"], "email": "carol@example.test"}}) \
             as provider, RecordingServer() as receiver:
         (folder / "secret").write_text("browser-secret\n")
         database_url = f"sqlite:///{folder}/dashboard.db"
@@ -66,6 +67,7 @@ def test_a_person_signs_on_lands_where_they_asked_and_signs_out_at_the_provider_
         shot(page, "signed-on")
         page.get_by_role("button", name="Log out").click()
         page.wait_for_url(re.compile(re.escape(dashboard("/login")) + r".*"))
+        assert page.get_by_role("status").inner_text() == "You are signed out."
         shot(page, "signed-out")
         # signed out at the provider too: signing on again asks who you are
         page.get_by_role("link", name="Sign in with Example ID").click()
@@ -74,3 +76,30 @@ def test_a_person_signs_on_lands_where_they_asked_and_signs_out_at_the_provider_
     finally:
         context.close()
     assert not errors, f"the browser reported errors (CSP violations, script errors): {errors}"
+
+
+def test_a_refused_person_can_sign_in_as_someone_else(
+        browser: Any, provider_and_dashboard: tuple[OidcProvider, Dashboard], shot: Screens) -> None:
+    provider, dashboard = provider_and_dashboard
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    try:
+        page.goto(dashboard("/login"))
+        page.get_by_role("link", name="Sign in with Example ID").click()
+        page.locator("input[name=username]").fill("carol")
+        page.locator("input[name=password]").fill("whatever")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(re.compile(re.escape(dashboard("/login")) + r"$"))  # not left on the callback's address
+        assert "grant no role" in page.get_by_role("alert").inner_text()
+        assert page.locator("[aria-invalid]").count() == 0  # the password form is not what failed
+        shot(page, "refused")
+        page.get_by_role("link", name="Sign in as someone else").click()
+        page.wait_for_url(re.compile(re.escape(provider.issuer) + r"/.*"))
+        page.locator("input[name=username]").fill("alice")
+        page.locator("input[name=password]").fill("whatever")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(dashboard("/"))
+        assert "alice" in page.content()
+    finally:
+        context.close()

@@ -90,6 +90,18 @@ def _signed_on(client: FlaskClient, provider: OidcProvider, who: str, start: str
     return client.get(_walk(client, provider, who, start))
 
 
+def _refusal(client: FlaskClient, answer: Any) -> str:
+    """A refused sign-on goes back to the sign-in page (not left on the callback's address), which
+    says why once: the page's text."""
+    assert answer.status_code == 302 and answer.headers["Location"].startswith("/login"), answer.status_code
+    page = client.get(answer.headers["Location"])
+    assert page.status_code == 200
+    text: str = page.get_data(as_text=True)
+    assert 'id="sso-error"' in text and 'aria-invalid' not in text  # the password form is not what failed
+    assert 'id="sso-error"' not in client.get("/login").get_data(as_text=True)  # once
+    return text
+
+
 def _rows(app: Flask, table: Any) -> list[Any]:
     with app.extensions["hai_engine"].connect() as conn:
         rows = list(conn.execute(select(table)))
@@ -129,9 +141,7 @@ def test_an_outside_next_is_dropped_on_the_way_through_the_provider(sso_app: Fla
 def test_a_callback_in_another_browser_is_refused_by_its_state(sso_app: Flask, provider: OidcProvider) -> None:
     callback = _walk(sso_app.test_client(), provider, "alice")
     other = sso_app.test_client()
-    refused = other.get(callback)
-    assert refused.status_code == 401
-    assert "state mismatch" in refused.get_data(as_text=True)
+    assert "state mismatch" in _refusal(other, other.get(callback))
     assert other.get("/").status_code == 302  # not signed in
     assert _user(sso_app, "alice") is None
 
@@ -145,8 +155,7 @@ def test_a_replayed_code_is_refused_by_the_provider(sso_app: Flask, provider: Oi
     state = parse_qs(urlsplit(attacker.get("/login/sso").headers["Location"]).query)["state"][0]
     provider.clear_token_log()
     replayed = attacker.get(f"/login/sso/callback?code={code}&state={state}")
-    assert replayed.status_code == 401
-    assert "used already" in replayed.get_data(as_text=True)
+    assert "used already" in _refusal(attacker, replayed)
     assert [entry["outcome"] for entry in provider.token_log()] == ["invalid_grant"]
     assert attacker.get("/").status_code == 302
 
@@ -157,9 +166,7 @@ def test_an_id_token_that_is_not_the_one_asked_for_is_refused(
     client = sso_app.test_client()
     callback = _walk(client, provider, "bob")
     provider.mischief(mischief)
-    refused = client.get(callback)
-    assert refused.status_code == 401, (mischief, refused.get_data(as_text=True))
-    assert "Single sign-on failed" in refused.get_data(as_text=True)
+    assert "Single sign-on failed" in _refusal(client, client.get(callback))
     assert client.get("/").status_code == 302
     assert _user(sso_app, "bob") is None
     assert _rows(sso_app, user_sessions) == []
@@ -167,18 +174,15 @@ def test_an_id_token_that_is_not_the_one_asked_for_is_refused(
 
 def test_groups_that_grant_no_role_sign_no_one_on(sso_app: Flask, provider: OidcProvider) -> None:
     client = sso_app.test_client()
-    refused = _signed_on(client, provider, "carol")
-    assert refused.status_code == 403
-    assert "grant no role" in refused.get_data(as_text=True)
+    page = _refusal(client, _signed_on(client, provider, "carol"))
+    assert "grant no role" in page and "Sign in as someone else" in page
     assert _user(sso_app, "carol") is None
 
 
 def test_a_local_account_is_never_taken_over_by_a_person_of_the_same_name(
         sso_app: Flask, provider: OidcProvider) -> None:
     client = sso_app.test_client()
-    refused = _signed_on(client, provider, "admin")
-    assert refused.status_code == 403
-    assert "name of another user" in refused.get_data(as_text=True)
+    assert "name of another user" in _refusal(client, _signed_on(client, provider, "admin"))
     admin = _user(sso_app, "admin")
     assert admin.identity is None and admin.role == "admin"
     assert client.get("/users/").status_code == 302  # not signed in as anyone
@@ -221,8 +225,7 @@ def test_a_disabled_user_cannot_sign_on(sso_app: Flask, provider: OidcProvider) 
     accounts = sso_app.extensions["hai_accounts"]
     accounts.set_disabled("alice", True, accounts.get("alice").updated_at)
     client = sso_app.test_client()
-    refused = _signed_on(client, provider, "alice")
-    assert refused.status_code == 403 and "disabled" in refused.get_data(as_text=True)
+    assert "disabled" in _refusal(client, _signed_on(client, provider, "alice"))
     assert client.get("/").status_code == 302
 
 
@@ -237,6 +240,7 @@ def test_logout_ends_the_session_here_and_at_the_provider(sso_app: Flask, provid
     assert f"{target.scheme}://{target.netloc}" == provider.issuer
     query = parse_qs(target.query)
     assert query["client_id"] == [CLIENT_ID] and query["post_logout_redirect_uri"] == ["http://localhost/login"]
+    assert "You are signed out." in client.get("/login").get_data(as_text=True)
     copy = sso_app.test_client()
     copy.set_cookie("session", cookie.value)
     assert copy.get("/").status_code == 302  # the session ended on the server: a copy of the cookie is nothing
@@ -302,3 +306,10 @@ def test_the_users_page_says_who_signs_on_and_offers_no_password_or_role_for_the
         assert "identity provider" in refused.get_data(as_text=True)
     after = _user(sso_app, "alice")
     assert (after.role, after.password_hash, after.updated_at) == ("operator", "!sign-on", before.updated_at)
+
+
+def test_sign_in_as_someone_else_asks_the_provider_who_you_are_again(sso_app: Flask, provider: OidcProvider) -> None:
+    client = sso_app.test_client()
+    authorize = client.get("/login/sso?again=1&next=/tasks/").headers["Location"]
+    assert parse_qs(urlsplit(authorize).query)["prompt"] == ["login"]
+    assert "prompt" not in parse_qs(urlsplit(client.get("/login/sso").headers["Location"]).query)
