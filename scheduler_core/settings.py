@@ -97,7 +97,7 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
     ``hooks``, ``groups``) on top. Raises the error of the first bad value, naming it."""
     source = _Source(os.environ if environ is None else environ, flags)
     environment = _environment(*source.env("ENV"))
-    return Settings(
+    return _sign_on_needs(Settings(
         database=_database(source),
         bind=_bind(*source.pick("bind", "BIND", DEFAULT_BIND)),
         workers=_number(*source.pick("workers", "WORKERS", 2), 1, 256),
@@ -116,7 +116,16 @@ def read_settings(flags: Any = None, environ: Mapping[str, str] | None = None) -
         api_rate_limit=_api_rate_limit(*source.dashboard("API_RATE_LIMIT")),
         sign_on=read_sign_on(source.dashboard, environment),
         dashboard=_checked_file(source),
-    )
+    ))
+
+
+def _sign_on_needs(settings: Settings) -> Settings:
+    """Single sign-on in production builds the addresses the provider sends browsers back to from
+    HAI_PUBLIC_URL, never from a request's Host header."""
+    if settings.sign_on.oidc is not None and settings.environment == "production" and not settings.public_url:
+        raise ConfigError("HAI_PUBLIC_URL", "is required with single sign-on in production: the redirect URI "
+                                            "registered at the provider is built from it")
+    return settings
 
 
 def likely_typos(environ: Mapping[str, str], file: Mapping[str, Any] | None = None) -> list[str]:

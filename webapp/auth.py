@@ -66,6 +66,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class CurrentUser:
     name: str
     role: str
+    signs_on: bool = False  # with the identity provider (logout then ends the provider's session too)
 
     def can(self, role: str) -> bool:
         return ROLES.index(self.role) >= ROLES.index(role)
@@ -141,7 +142,7 @@ def _known_user(name: str) -> User | None:
 
 @bp.post("/logout")
 def logout() -> ResponseReturnValue:
-    provider_logout = end_session_url() if oidc.signed_on() else None
+    provider_logout = end_session_url() if g.get("user") is not None and g.user.signs_on else None
     logins().end_session(session.get("sid"))  # the cookie's copies stop working too
     session.clear()
     session["signed_out"] = True  # the sign-in page says so, once
@@ -159,7 +160,7 @@ def _load_user() -> ResponseReturnValue | None:
             if found is None:
                 logins().end_session(session["sid"])
         if found is not None:
-            g.user, g.session_token = CurrentUser(found.name, found.role), session["sid"]
+            g.user, g.session_token = CurrentUser(found.name, found.role, found.signs_on), session["sid"]
         else:
             session.clear()  # ended, expired, or its user disabled: over for good
     elif "user" in session:
@@ -222,7 +223,9 @@ def own_session(name: str) -> str | None:
 
 
 def _security_headers(response: Response) -> Response:
-    response.headers.setdefault("Content-Security-Policy", current_app.extensions.get("hai_csp", CSP))
+    provider = oidc.logout_origin()  # the logout form's redirect goes on to the provider
+    response.headers.setdefault("Content-Security-Policy", CSP if provider is None else
+                                CSP.replace("form-action 'self'", f"form-action 'self' {provider}"))
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "same-origin")
@@ -270,8 +273,6 @@ def _template_globals() -> dict[str, Any]:
 
 
 def install(app: Flask) -> None:
-    if (provider := oidc.logout_origin(app)) is not None:  # the logout form's redirect goes on to the provider
-        app.extensions["hai_csp"] = CSP.replace("form-action 'self'", f"form-action 'self' {provider}")
     app.extensions["hai_logins"] = Logins(app.extensions["hai_engine"])
     proxies = check_int(app.config.get("TRUSTED_PROXIES", 0), "HAI_TRUSTED_PROXIES", 0, MAX_PROXIES)
     if proxies:  # believe X-Forwarded-For as far as that many proxies of ours appended to it

@@ -27,7 +27,7 @@ from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import ROLES, Accounts, check_new_password, check_username
 from scheduler_core.settings import Settings
 from scheduler_core.testing import clock_offset_from_env
-from webapp.oidc import discover
+from webapp.identity_provider import discover
 from webapp.token_cli import add_token_command
 
 

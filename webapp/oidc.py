@@ -2,133 +2,91 @@
 
 ``/login/sso`` sends the browser to the provider (authorization code flow, PKCE S256, ``state``,
 ``nonce``); ``/login/sso/callback`` takes the code back with the state this browser's session
-holds, exchanges it once, validates the ID token (signature, issuer, audience, expiry within
-``LEEWAY_S``, nonce) and signs the person on as a dashboard user (``Accounts.sign_on``: created on
-first sign-on, never a local account taken over) with the highest role their groups grant.
+holds, exchanges it once, validates the ID token (asymmetric signature, issuer, audience, expiry
+within ``LEEWAY_S``, nonce) and signs the person on as a dashboard user (``Accounts.sign_on``:
+created on first sign-on, never a local account taken over) with the highest role their groups
+grant. A refusal goes back to the sign-in page with its cause, once.
 
-``check_session`` reads a session's groups again once they are ``HAI_OIDC_REFRESH_S`` old: a
-person removed from their groups loses the session on that request. Logout ends the session here,
-then at the provider (``end_session_url``). ``discover`` checks the provider's discovery document
-at start-up. The rules and their reasons: docs/sign-on.md.
+``check_session`` reads a session's groups again once they are ``HAI_OIDC_REFRESH_S`` old: groups
+that grant nothing end every session and API token of the person. Logout ends the session here,
+then at the provider (``end_session_url``). The provider itself: webapp/identity_provider.py.
+The rules and their reasons: docs/sign-on.md.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 import requests
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.flask_client import OAuth
-from flask import Blueprint, Flask, current_app, g, redirect, request, session, url_for
+from flask import Blueprint, Flask, current_app, redirect, request, session, url_for
 from flask.typing import ResponseReturnValue
 from joserfc.errors import JoseError
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.oidc_settings import OidcSettings, SignOn
 from scheduler_core.runtime.accounts import AuditTrail, NameTakenError, SessionUser
-from scheduler_core.validation import shown
-from webapp.signin import safe_next, sign_on_of, start_signed_in
+from webapp.identity_provider import MAX_USERINFO, TIMEOUT_S, Answer, Provider, discovery_url, fetch_json
+from webapp.signin import logins, safe_next, sign_on_of, start_signed_in
 
 logger = logging.getLogger(__name__)
 bp = Blueprint("oidc", __name__)
 LEEWAY_S = 60  # clock skew allowed between the provider and this host on an ID token's times
-TIMEOUT_S = 10  # each request to the provider (discovery, keys, token, userinfo)
-UNREACHABLE_GRACE_S = 300  # how long a session keeps its role when the provider does not answer
-MAX_DISCOVERY = 256 * 1024  # bytes of a discovery document read
-SESSION_KEY = "sso"  # in the Flask session: {"sub", "at" (access token), "seen" (groups read at)}
-HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?")
-REQUIRED_ENDPOINTS = ("authorization_endpoint", "token_endpoint", "jwks_uri", "userinfo_endpoint")
-
-
-def discovery_url(issuer: str) -> str:
-    return issuer.rstrip("/") + "/.well-known/openid-configuration"
-
-
-def discover(settings: OidcSettings, environment: str) -> dict[str, Any]:
-    """The provider's discovery document, checked against the settings; ``ConfigError`` naming
-    the setting it contradicts (an issuer without discovery names ``HAI_OIDC_ISSUER``)."""
-    url = discovery_url(settings.issuer)
-    try:
-        with requests.get(url, timeout=TIMEOUT_S, stream=True, allow_redirects=False) as response:
-            body = response.raw.read(MAX_DISCOVERY + 1, decode_content=True)
-            status = response.status_code
-    except requests.RequestException as exc:
-        raise ConfigError("HAI_OIDC_ISSUER", f"no discovery document at {url}: {_unanswered(exc)}") from None
-    if status != 200 or len(body) > MAX_DISCOVERY:
-        raise ConfigError("HAI_OIDC_ISSUER", f"no discovery document at {url}: HTTP {status}"
-                          if status != 200 else f"the discovery document at {url} is over {MAX_DISCOVERY} bytes")
-    try:
-        metadata = json.loads(body)
-    except ValueError:
-        metadata = None
-    if not isinstance(metadata, dict):
-        raise ConfigError("HAI_OIDC_ISSUER", f"the discovery document at {url} is not a JSON object")
-    _check_metadata(metadata, settings, environment)
-    return metadata
-
-
-def _unanswered(exc: requests.RequestException) -> str:
-    if isinstance(exc, requests.Timeout):
-        return f"no answer within {TIMEOUT_S} s"
-    if isinstance(exc, requests.exceptions.SSLError):
-        return "its TLS certificate was refused"
-    if isinstance(exc, requests.ConnectionError):
-        return "cannot connect (is the provider running, and the address right?)"
-    return type(exc).__name__
-
-
-def _check_metadata(metadata: dict[str, Any], settings: OidcSettings, environment: str) -> None:
-    if metadata.get("issuer") != settings.issuer:
-        raise ConfigError("HAI_OIDC_ISSUER", f"the provider names its issuer {shown(metadata.get('issuer'))}, "
-                                             f"not {shown(settings.issuer)} (they must be the same, character "
-                                             "for character)")
-    for name in REQUIRED_ENDPOINTS:
-        endpoint = metadata.get(name)
-        scheme = urlsplit(endpoint).scheme if isinstance(endpoint, str) else None
-        if scheme not in ("https", "http") or (scheme == "http" and environment != "development"):
-            raise ConfigError("HAI_OIDC_ISSUER", f"the provider's discovery has no https {name} "
-                                                 f"(got {shown(endpoint)})")
-    methods = metadata.get("code_challenge_methods_supported")
-    if isinstance(methods, list) and "S256" not in methods:
-        raise ConfigError("HAI_OIDC_ISSUER", "the provider does not support PKCE with S256")
-    claims = metadata.get("claims_supported")
-    if isinstance(claims, list):
-        for field, claim in (("HAI_OIDC_GROUPS_CLAIM", settings.groups_claim),
-                             ("HAI_OIDC_USERNAME_CLAIM", settings.username_claim)):
-            if claim not in claims:
-                raise ConfigError(field, f"the provider supports no claim {shown(claim)} "
-                                         f"(it names: {', '.join(str(c) for c in claims[:40])})")
-    scopes = metadata.get("scopes_supported")
-    if isinstance(scopes, list):
-        unknown = [s for s in settings.scopes if s not in scopes]
-        if unknown:
-            raise ConfigError("HAI_OIDC_SCOPES", f"the provider supports no scope {shown(unknown[0])}")
+UNREACHABLE_GRACE_MS = 300_000  # how long a session keeps its role while the provider does not answer
+UNREACHABLE_RETRY_MS = 30_000  # ... asked again at most this often meanwhile
+KEPT_STARTS = 3  # sign-ins started in one browser and not finished, whose state the session keeps
+OAUTH_ERRORS = {  # RFC 6749 4.1.2.1 and 5.2: what the provider may answer; anything else is shown generically
+    "mismatching_state": "the sign-in was not started by this browser (state mismatch)",
+    "invalid_grant": "the provider refused the code (used already, or expired)",
+    "invalid_client": "the provider refused the dashboard's client id or secret (invalid_client): check "
+                      "HAI_OIDC_CLIENT_ID and the client secret",
+    "access_denied": "it was cancelled or refused at the provider (access_denied)",
+    "invalid_request": "the provider found the request invalid (invalid_request)",
+    "unauthorized_client": "the provider does not allow this client the code flow (unauthorized_client)",
+    "unsupported_response_type": "the provider does not offer the code flow (unsupported_response_type)",
+    "invalid_scope": "the provider refused a scope (invalid_scope): check HAI_OIDC_SCOPES",
+    "server_error": "the provider failed (server_error)",
+    "temporarily_unavailable": "the provider is temporarily unavailable",
+    "login_required": "the provider needs you to sign in (login_required)",
+}
 
 
 def install(app: Flask, sign_on: SignOn, environment: str) -> None:
-    """Register the provider (its discovery checked now) and the sign-on routes."""
+    """Register the provider and the sign-on routes. The discovery document is read now if the
+    provider answers, else later (identity_provider.Provider): a worker never fails to boot for it."""
     app.extensions["hai_sign_on"] = sign_on
     if sign_on.oidc is None:
         return
     settings = sign_on.oidc
-    metadata = discover(settings, environment)
+    provider = Provider(settings, environment)
     oauth = OAuth(app)
-    oauth.register("provider", client_id=settings.client_id, client_secret=settings.client_secret,
-                   server_metadata_url=discovery_url(settings.issuer),
-                   client_kwargs={"scope": " ".join(settings.scopes), "code_challenge_method": "S256",
-                                  "default_timeout": TIMEOUT_S})
-    oauth.provider.server_metadata.update(metadata, _loaded_at=time.time())
-    app.extensions["hai_oidc"] = oauth.provider
+    client = oauth.register(
+        "provider", client_id=settings.client_id, client_secret=settings.client_secret,
+        server_metadata_url=discovery_url(settings.issuer),
+        client_kwargs={"scope": " ".join(settings.scopes), "code_challenge_method": "S256",
+                       "default_timeout": TIMEOUT_S})
+    app.extensions["hai_oidc"] = (provider, client)
+    provider.metadata()  # now, when it answers
     app.register_blueprint(bp)
 
 
-def _provider() -> Any:
-    return current_app.extensions["hai_oidc"]
+def _client() -> Any:
+    """Authlib's client with the discovery document this worker has; None while it has none."""
+    provider, client = current_app.extensions["hai_oidc"]
+    metadata = provider.metadata()
+    if metadata is None:
+        return None
+    if client.server_metadata.get("issuer") != metadata["issuer"]:
+        client.server_metadata.update(metadata, _loaded_at=time.time())  # never fetched again by Authlib
+    return client
+
+
+def _provider() -> Provider:
+    provider: Provider = current_app.extensions["hai_oidc"][0]
+    return provider
 
 
 def _settings() -> OidcSettings:
@@ -137,30 +95,49 @@ def _settings() -> OidcSettings:
     return settings
 
 
-def _callback_url() -> str:
+def _public(endpoint: str, **values: Any) -> str:
+    """An address of this dashboard the provider sends the browser back to: from HAI_PUBLIC_URL
+    (required in production), else from the request."""
     public = current_app.config.get("PUBLIC_URL")
     if public:
-        return str(public).rstrip("/") + url_for("oidc.callback")
-    return url_for("oidc.callback", _external=True)
+        return str(public).rstrip("/") + url_for(endpoint, **values)
+    return url_for(endpoint, _external=True, **values)
 
 
 @bp.get("/login/sso")
 def start() -> ResponseReturnValue:
     next_url = safe_next(request.args.get("next"))
+    client = _client()
+    if client is None:
+        return _refused(next_url, f"Single sign-on is unavailable: {_provider().problem}. Local accounts still "
+                                  "sign in.")
     session.pop("sso_next", None)
     if next_url:
         session["sso_next"] = next_url
+    _forget_old_starts()
     # "Sign in as someone else" after a refusal: the provider asks who you are, though its session lives
     extra = {"prompt": "login"} if request.args.get("again") == "1" else {}
-    return _provider().authorize_redirect(_callback_url(), **extra)  # type: ignore[no-any-return]
+    return client.authorize_redirect(_public("oidc.callback"), **extra)  # type: ignore[no-any-return]
+
+
+def _forget_old_starts() -> None:
+    """Authlib keeps each started sign-in's state in the session until its callback: keep the
+    newest few, so abandoned starts cannot grow the cookie past what a browser keeps."""
+    started = sorted((k for k in session if k.startswith("_state_provider_")),
+                     key=lambda k: session[k].get("exp", 0) if isinstance(session[k], dict) else 0)
+    for key in started[:max(0, len(started) - (KEPT_STARTS - 1))]:
+        session.pop(key, None)
 
 
 @bp.get("/login/sso/callback")
 def callback() -> ResponseReturnValue:
     next_url = session.pop("sso_next", None)
+    client = _client()
+    if client is None:
+        return _refused(next_url, f"Single sign-on is unavailable: {_provider().problem}.")
     try:
-        token = _provider().authorize_access_token(leeway=LEEWAY_S, claims_options=_claims_options())
-    except (OAuthError, JoseError, requests.RequestException, ValueError) as exc:
+        token = client.authorize_access_token(leeway=LEEWAY_S, claims_options=_claims_options())
+    except (OAuthError, JoseError, requests.RequestException, ValueError, KeyError, TypeError) as exc:
         return _refused(next_url, f"Single sign-on failed: {_reason(exc)}.", exc)
     claims = token.get("userinfo")
     if not isinstance(claims, dict) or not isinstance(claims.get("sub"), str):
@@ -168,10 +145,10 @@ def callback() -> ResponseReturnValue:
     settings = _settings()
     groups = claims.get(settings.groups_claim)
     if groups is None:  # some providers put groups only in userinfo: the same person's, or none
-        try:
-            info = _userinfo(token.get("access_token"))
-        except (requests.RequestException, ValueError) as exc:
-            return _refused(next_url, "Single sign-on failed: the provider's userinfo did not answer.", exc)
+        answer = _userinfo(token.get("access_token"))
+        if answer is None or answer.status != 200:
+            return _refused(next_url, "Single sign-on failed: the provider's userinfo did not answer.")
+        info = answer.body if isinstance(answer.body, dict) else {}
         groups = info.get(settings.groups_claim) if info.get("sub") == claims["sub"] else None
     role = settings.role_of(groups)
     if role is None:
@@ -188,9 +165,9 @@ def callback() -> ResponseReturnValue:
     if user.disabled:
         return _refused(next_url, "This user is disabled in the dashboard.", switch=True)
     _audit_role(user.name, before.role if before is not None else None, role)
-    start_signed_in(user.name)
-    session[SESSION_KEY] = {"sub": claims["sub"], "at": token.get("access_token"), "seen": time.time(),
-                            "answered": time.time()}
+    now = _now_ms()
+    start_signed_in(user.name, {"sub": claims["sub"], "at": str(token.get("access_token") or ""),
+                                "seen": now, "answered": now, "retry": 0})
     return redirect(next_url or url_for("overview.index"))
 
 
@@ -199,7 +176,8 @@ def _refused(next_url: str | None, message: str, cause: Exception | None = None,
     """Back to the sign-in page with ``message`` (once): the callback's address, with its code, does
     not stay in the address bar, and a reload asks nothing again. ``switch``: the person was
     recognised and refused, so the page offers to sign in as someone else."""
-    logger.info("single sign-on refused: %s%s", message, f" ({type(cause).__name__}: {cause})" if cause else "")
+    logger.info("single sign-on refused: %s%s", message,
+                f" ({type(cause).__name__}: {str(cause)[:300]!r})" if cause else "")
     session["sso_refused"] = {"message": message, "switch": switch}
     return redirect(url_for("auth.login", next=next_url) if next_url else url_for("auth.login"))
 
@@ -222,14 +200,9 @@ def _claims_options() -> dict[str, Any]:
 
 
 def _reason(exc: Exception) -> str:
-    """A short cause for the sign-in page: never a token, never the provider's whole answer."""
+    """A short cause for the sign-in page: never a token, never the provider's own words."""
     if isinstance(exc, OAuthError):
-        return {"mismatching_state": "the sign-in was not started by this browser (state mismatch)",
-                "invalid_grant": "the provider refused the code (used already, or expired)",
-                "invalid_client": "the provider refused the dashboard's client id or secret (invalid_client): "
-                                  "check HAI_OIDC_CLIENT_ID and the client secret",
-                "access_denied": "it was cancelled or refused at the provider (access_denied)"}.get(
-            str(exc.error), f"the provider answered {str(exc.error)[:64]}")
+        return OAUTH_ERRORS.get(str(exc.error), "the provider refused the sign-in")
     if isinstance(exc, requests.RequestException):
         return "the identity provider did not answer"
     text = type(exc).__name__
@@ -237,77 +210,78 @@ def _reason(exc: Exception) -> str:
              "ExpiredTokenError": "the ID token has expired",
              "InvalidClaimError": f"the ID token's claim is wrong ({str(exc)[:200]})",
              "MissingClaimError": f"the ID token lacks a claim ({str(exc)[:200]})"}
-    return known.get(text, f"the ID token is not valid ({text})")
+    return known.get(text, f"the provider's answer is not valid ({text})")
 
 
-def _userinfo(access_token: Any) -> dict[str, Any]:
-    """The userinfo endpoint's claims for ``access_token``; ``requests.HTTPError`` when the provider
-    refuses the token, ``requests.RequestException`` when it does not answer."""
-    endpoint = _provider().load_server_metadata()["userinfo_endpoint"]
-    response = requests.get(endpoint, headers={"Authorization": f"Bearer {access_token}"}, timeout=TIMEOUT_S)
-    response.raise_for_status()
-    claims = response.json()
-    return claims if isinstance(claims, dict) else {}
+def _userinfo(access_token: Any) -> Answer | None:
+    """The userinfo endpoint's answer for ``access_token`` (bounded); None when it does not answer."""
+    metadata = _provider().metadata()
+    if metadata is None:
+        return None
+    try:
+        return fetch_json(metadata["userinfo_endpoint"], MAX_USERINFO, {"Authorization": f"Bearer {access_token}"})
+    except requests.RequestException:
+        return None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def check_session(found: SessionUser) -> SessionUser | None:
-    """The session's user, its role read again from its groups when they are ``refresh_s`` old;
-    None when the session must end (groups grant nothing now, the provider refused the token or
-    does not answer for too long, the subject changed)."""
+    """The session's user, its role read again from its groups once they are ``refresh_s`` old;
+    None when the session must end: the provider refused the access token (401, 403), answered
+    junk, another subject, or groups that grant nothing (then every session and API token of the
+    user end too: ``Accounts.lose_access``), or did not answer for ``UNREACHABLE_GRACE_MS``."""
     sign_on = sign_on_of()
     if not found.signs_on:
         return found if sign_on.local else None  # local accounts turned off: their sessions end too
-    state = session.get(SESSION_KEY)
+    state = found.sign_on
     if sign_on.oidc is None or not isinstance(state, dict):
         return None
-    now = time.time()
-    if now - float(state.get("seen", 0)) < sign_on.oidc.refresh_s:
+    now = _now_ms()
+    if now - int(state.get("seen", 0)) < sign_on.oidc.refresh_s * 1000 or now < int(state.get("retry", 0)):
         return found
-    try:
-        claims = _userinfo(state.get("at"))
-    except requests.HTTPError:
-        return None
-    except (requests.RequestException, ValueError):
-        if now - float(state.get("answered", 0)) > UNREACHABLE_GRACE_S:
+    answer = _userinfo(state.get("at"))
+    if answer is None or answer.status not in (200, 401, 403):  # no answer, 5xx, 429: the role last read holds
+        if now - int(state.get("answered", 0)) > UNREACHABLE_GRACE_MS:
             return None
         logger.warning("the identity provider did not answer; %s keeps the role last read", found.name)
+        logins().set_sign_on(session.get("sid"), {**state, "retry": now + UNREACHABLE_RETRY_MS})
         return found
-    role = sign_on.oidc.role_of(claims.get(sign_on.oidc.groups_claim))
-    if role is None or claims.get("sub") != state.get("sub"):
+    if answer.status != 200 or not isinstance(answer.body, dict) or answer.body.get("sub") != state.get("sub"):
+        return None
+    role = sign_on.oidc.role_of(answer.body.get(sign_on.oidc.groups_claim))
+    accounts = current_app.extensions["hai_accounts"]
+    if role is None:
+        sessions, tokens = accounts.lose_access(found.name)
+        AuditTrail(current_app.extensions["hai_engine"]).record(
+            found.name, "user.access_lost", found.name, before={"role": found.role},
+            after={"sessions_ended": sessions, "tokens_revoked": tokens},
+            reason="signed on: their groups at the identity provider grant no role now")
         return None
     if role != found.role:
-        user, _ = current_app.extensions["hai_accounts"].sign_on(sign_on.oidc.issuer, state["sub"], found.name, role)
+        user, _ = accounts.sign_on(sign_on.oidc.issuer, state["sub"], found.name, role)
         _audit_role(found.name, found.role, role)
-        found = SessionUser(user.name, user.role, True)
-    session[SESSION_KEY] = {**state, "seen": now, "answered": now}
+        found = SessionUser(user.name, user.role, True, state)
+    logins().set_sign_on(session.get("sid"), {**state, "seen": now, "answered": now, "retry": 0})
     return found
 
 
 def end_session_url() -> str | None:
     """Where logout sends the browser: the provider's end-session endpoint, coming back to the
-    sign-in page; None without sign-on or when the provider has none."""
+    sign-in page; None without sign-on or when the provider has none (or is not known yet)."""
     if sign_on_of().oidc is None or "hai_oidc" not in current_app.extensions:
         return None
-    provider = _provider()
-    if not provider.load_server_metadata().get("end_session_endpoint"):
+    client = _client()
+    if client is None or not client.server_metadata.get("end_session_endpoint"):
         return None
-    public = current_app.config.get("PUBLIC_URL")
-    back = str(public).rstrip("/") + url_for("auth.login") if public else url_for("auth.login", _external=True)
-    url: str = provider.create_logout_url(post_logout_redirect_uri=back, client_id=_settings().client_id)["url"]
+    url: str = client.create_logout_url(post_logout_redirect_uri=_public("auth.login"),
+                                        client_id=_settings().client_id)["url"]
     return url
 
 
-def logout_origin(app: Flask) -> str | None:
-    """The origin of the provider's end-session endpoint: a form (logout) may lead there (CSP form-action)."""
-    provider = app.extensions.get("hai_oidc")
-    endpoint = provider.server_metadata.get("end_session_endpoint") if provider is not None else None
-    if not isinstance(endpoint, str):
-        return None
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("https", "http") or not HOST_PORT.fullmatch(parts.netloc):
-        return None  # nothing that could write another directive into the header
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def signed_on() -> bool:
-    return g.get("user") is not None and isinstance(session.get(SESSION_KEY), dict)
+def logout_origin() -> str | None:
+    """The provider's end-session origin, for the CSP's form-action (None without sign-on)."""
+    found = current_app.extensions.get("hai_oidc")
+    return found[0].logout_origin() if found is not None else None

@@ -55,10 +55,11 @@ def login_page(next_url: str | None, error: str | None, status: int = 200) -> Re
         sso=sign_on.oidc.name if sign_on.oidc is not None else None), status)
 
 
-def start_signed_in(name: str) -> None:
-    """A new session of ``name`` for this browser; the one it had (as anyone) ends."""
+def start_signed_in(name: str, sign_on: dict[str, Any] | None = None) -> None:
+    """A new session of ``name`` for this browser (with its single sign-on state, kept on the
+    server); the one it had (as anyone) ends."""
     logins().end_session(session.get("sid"))
     session.clear()
-    session["sid"] = logins().start_session(name)
+    session["sid"] = logins().start_session(name, sign_on)
     session.permanent = True
     accounts_of(current_app).record_login(name)

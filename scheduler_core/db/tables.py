@@ -351,6 +351,7 @@ user_sessions = Table(
     _ms("created_at"),
     _ms("last_seen_at"),  # advanced at most once a minute per session
     _ms("expires_at"),  # min(created_at + lifetime, last_seen_at + idle timeout)
+    Column("sign_on", Json, nullable=True),  # single sign-on: subject, access token, groups read at (0024)
     Index(None, "username"),  # end every session of a user
     Index(None, "expires_at"),  # prune the expired ones
     **MYSQL_TABLE_OPTIONS,

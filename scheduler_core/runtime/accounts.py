@@ -183,6 +183,11 @@ class Accounts:
     def record_login(self, name: str) -> None:
         self._repo.record_login(_name("name", name))
 
+    def lose_access(self, name: str) -> tuple[int, int]:
+        """End every session and revoke every API token of ``name`` (their groups grant nothing
+        now); (sessions, tokens) ended."""
+        return self._repo.lose_access(_name("name", name))
+
     def sign_on(self, issuer: str, subject: str, name: Any, role: str) -> tuple[User, User | None]:
         """The user a person of the identity provider (``issuer``, ``subject``) is here, and as it
         was before (None: created now, as ``name``); its role what their groups grant now. ``NameTakenError``
@@ -251,11 +256,18 @@ class Logins:
         self._sessions = SessionRepository(engine)
         self._failures = LoginFailureRepository(engine)
 
-    def start_session(self, name: str) -> str:
-        """A new session of ``name``; returns the token for the cookie (only its digest is stored)."""
+    def start_session(self, name: str, sign_on: dict[str, Any] | None = None) -> str:
+        """A new session of ``name`` (with its single sign-on state); returns the token for the
+        cookie (only its digest is stored)."""
         token = secrets.token_urlsafe(32)
-        self._sessions.start(_digest(token), _name("name", name), SESSION_IDLE_MS, SESSION_LIFETIME_MS)
+        check_json(sign_on, "sign_on")
+        self._sessions.start(_digest(token), _name("name", name), SESSION_IDLE_MS, SESSION_LIFETIME_MS, sign_on)
         return token
+
+    def set_sign_on(self, token: Any, sign_on: dict[str, Any]) -> None:
+        if _is_token(token):
+            check_json(sign_on, "sign_on")
+            self._sessions.set_sign_on(_digest(token), sign_on)
 
     def session_user(self, token: Any) -> SessionUser | None:
         """Who a session token signs in, or None: unknown, ended, expired, idle too long, or its

@@ -30,6 +30,7 @@ class SessionUser:
     name: str
     role: str  # viewer | operator | admin, read on every request
     signs_on: bool = False  # a user of the identity provider (False: a local account)
+    sign_on: dict[str, Any] | None = None  # the session's single sign-on state (webapp/oidc.py); None: local
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class SessionRepository:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def start(self, digest: str, name: str, idle_ms: int, lifetime_ms: int) -> None:
+    def start(self, digest: str, name: str, idle_ms: int, lifetime_ms: int,
+              sign_on: dict[str, Any] | None = None) -> None:
         """Insert a session expiring after ``min(idle_ms, lifetime_ms)``; first delete every
         expired row (an index range: each row is pruned once, by the next sign-in)."""
 
@@ -68,7 +70,7 @@ class SessionRepository:
             now = _now(conn)
             conn.execute(delete(user_sessions).where(user_sessions.c.expires_at <= now))
             conn.execute(user_sessions.insert().values(id=digest, username=name, created_at=now, last_seen_at=now,
-                                                       expires_at=now + min(idle_ms, lifetime_ms)))
+                                                       expires_at=now + min(idle_ms, lifetime_ms), sign_on=sign_on))
 
         write(self.engine, work)
 
@@ -77,7 +79,7 @@ class SessionRepository:
         A session not seen for ``touch_ms`` is seen now: ``last_seen_at`` = now and ``expires_at``
         = min(created_at + lifetime_ms, now + idle_ms). At most one write per session per ``touch_ms``."""
         query = (select(users.c.username, users.c.role, users.c.identity, user_sessions.c.created_at,
-                        user_sessions.c.last_seen_at,
+                        user_sessions.c.last_seen_at, user_sessions.c.sign_on,
                         user_sessions.c.expires_at, db_now_ms().label("now"))
                  .join(users, users.c.username == user_sessions.c.username)
                  .where(user_sessions.c.id == digest, users.c.disabled == false()))
@@ -91,7 +93,12 @@ class SessionRepository:
             expires = min(to_ms(row.created_at, "created_at") + lifetime_ms, now + idle_ms)
             write(self.engine, lambda c: c.execute(update(user_sessions).where(user_sessions.c.id == digest).values(
                 last_seen_at=now, expires_at=expires)))
-        return SessionUser(row.username, row.role, row.identity is not None)
+        return SessionUser(row.username, row.role, row.identity is not None, row.sign_on)
+
+    def set_sign_on(self, digest: str, sign_on: dict[str, Any]) -> None:
+        """The session's single sign-on state, as last read from the provider."""
+        write(self.engine, lambda c: c.execute(update(user_sessions).where(user_sessions.c.id == digest).values(
+            sign_on=sign_on)))
 
     def end(self, digest: str) -> None:
         """Delete one session (logout); nothing when it is already gone."""

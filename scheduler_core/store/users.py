@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
-from scheduler_core.db.tables import audit_log, users
+from scheduler_core.db.tables import api_tokens, audit_log, users
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.statuses import ROLES
 from scheduler_core.store.dialect import greatest
@@ -42,6 +42,8 @@ class NameTakenError(ConfigError):
     """Signing on as a name a local account (or another person of the provider) already has."""
 
 
+_NAME_TAKEN = ("the user name the identity provider gives is another user's here: an admin must rename or "
+               "remove that user first")
 NO_PASSWORD = "!sign-on"  # the password hash of a user who signs on: no password matches it
 
 
@@ -179,6 +181,9 @@ class UserRepository:
         def work(conn: Connection) -> tuple[User, User | None]:
             row = conn.execute(select(users).where(users.c.identity == identity).with_for_update()).first()
             before = _user(row) if row is not None else None
+            if row is None and conn.execute(select(users.c.username).where(
+                    func.lower(users.c.username) == name.lower()).limit(1)).first() is not None:
+                raise NameTakenError("name", _NAME_TAKEN)  # also as Admin for admin: one person's name, once
             if row is None:
                 now = db_statement_now_ms()
                 try:
@@ -189,8 +194,7 @@ class UserRepository:
                 except IntegrityError:  # the name is taken, or a sign-on of the same person at the same instant
                     row = conn.execute(select(users).where(users.c.identity == identity).with_for_update()).first()
                     if row is None:
-                        raise NameTakenError("name", f"{name!r} is the name of another user of this dashboard: "
-                                                     "an admin must rename or remove it first") from None
+                        raise NameTakenError("name", _NAME_TAKEN) from None
                     before = _user(row)
                 else:
                     row = conn.execute(select(users).where(users.c.identity == identity)).one()
@@ -199,6 +203,20 @@ class UserRepository:
                     role=role, updated_at=greatest(conn, db_now_ms(), users.c.updated_at + 1)))
                 row = conn.execute(select(users).where(users.c.identity == identity)).one()
             return _user(row), before
+
+        return write(self.engine, work)
+
+    def lose_access(self, name: str) -> tuple[int, int]:
+        """The identity provider says a user who signs on is granted nothing now: every session of
+        theirs ends and every API token of theirs is revoked, in one transaction (a person who
+        regains a group signs on again and makes new tokens). Returns (sessions, tokens) ended."""
+
+        def work(conn: Connection) -> tuple[int, int]:
+            sessions = end_user_sessions(conn, name)
+            tokens = conn.execute(update(api_tokens).where(
+                api_tokens.c.username == name, api_tokens.c.revoked_at.is_(None),
+            ).values(revoked_at=db_now_ms(), sealed_secret=None)).rowcount
+            return sessions, int(tokens)
 
         return write(self.engine, work)
 

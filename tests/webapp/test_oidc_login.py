@@ -14,11 +14,13 @@ import pytest
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from scheduler_core.db.tables import audit_log, user_sessions, users
 from scheduler_core.errors import ConfigError
 from scheduler_core.oidc_settings import GroupRole, OidcSettings, SignOn
+from scheduler_core.runtime.api_tokens import ApiTokens
+from scheduler_core.settings import read_settings
 from tests.conftest import TestDatabase
 from tests.helpers.oidc_provider import (
     MISCHIEF_KINDS,
@@ -27,7 +29,7 @@ from tests.helpers.oidc_provider import (
     require_oidc_provider,
 )
 from tests.webapp.conftest import ADMIN_PASSWORD, _dashboard, csrf_token
-from webapp import create_app
+from webapp.identity_provider import discover
 
 CLIENT_ID, CLIENT_SECRET = "hai-dashboard", "dashboard-secret-for-tests"
 CALLBACK = "http://localhost/login/sso/callback"
@@ -182,7 +184,9 @@ def test_groups_that_grant_no_role_sign_no_one_on(sso_app: Flask, provider: Oidc
 def test_a_local_account_is_never_taken_over_by_a_person_of_the_same_name(
         sso_app: Flask, provider: OidcProvider) -> None:
     client = sso_app.test_client()
-    assert "name of another user" in _refusal(client, _signed_on(client, provider, "admin"))
+    page = _refusal(client, _signed_on(client, provider, "admin"))
+    message = page.split('id="sso-error"')[1].split("</div>")[0]
+    assert "is another user" in message and "&#39;admin&#39;" not in message  # which local names exist: not said
     admin = _user(sso_app, "admin")
     assert admin.identity is None and admin.role == "admin"
     assert client.get("/users/").status_code == 302  # not signed in as anyone
@@ -278,14 +282,30 @@ def test_a_local_session_ends_once_local_accounts_are_turned_off(
     ({"scopes": ("openid", "offline_everything")}, "HAI_OIDC_SCOPES", "supports no scope"),
     ({"issuer": "ISSUER/"}, "HAI_OIDC_ISSUER", "character for character"),
 ])
-def test_a_provider_that_does_not_agree_stops_the_dashboard_at_start(
-        tmp_path: Any, provider: OidcProvider, change: dict[str, Any], field: str, says: str) -> None:
+def test_a_provider_that_does_not_agree_stops_serve_by_the_setting(
+        provider: OidcProvider, change: dict[str, Any], field: str, says: str) -> None:
+    """What ``serve`` asks before any worker starts (``discover``)."""
     if change.get("issuer") == "ISSUER/":
         change = {"issuer": provider.issuer + "/"}
+    settings = _sign_on(provider, **change).oidc
+    assert settings is not None
     with pytest.raises(ConfigError) as caught:
-        create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/dash.db", "ADMIN_PASSWORD": ADMIN_PASSWORD,
-                    "TESTING": True, "SIGN_ON": _sign_on(provider, **change)})
+        discover(settings, "development")
     assert caught.value.field == field and says in caught.value.message, caught.value
+
+
+def test_a_worker_boots_while_the_provider_is_down_and_local_accounts_still_sign_in(
+        tmp_path: Any, provider: OidcProvider) -> None:
+    """A worker never fails to boot for the provider (a restart during its outage would stop the
+    scheduler): single sign-on says it is unavailable, local accounts sign in."""
+    for app in _dashboard(f"sqlite:///{tmp_path}/dash.db", SIGN_ON=_sign_on(provider, issuer="http://127.0.0.1:9"),
+                          SECRET_KEY="sso-" + "k" * 32):
+        client = app.test_client()
+        page = _refusal(client, client.get("/login/sso"))
+        assert "Single sign-on is unavailable" in page and "cannot connect" in page
+        assert "Local accounts still sign in" in page
+        client.post("/login", data={"username": "admin", "password": ADMIN_PASSWORD, "csrf_token": csrf_token(client)})
+        assert client.get("/").status_code == 200
 
 
 def test_the_users_page_says_who_signs_on_and_offers_no_password_or_role_for_them(
@@ -313,3 +333,76 @@ def test_sign_in_as_someone_else_asks_the_provider_who_you_are_again(sso_app: Fl
     authorize = client.get("/login/sso?again=1&next=/tasks/").headers["Location"]
     assert parse_qs(urlsplit(authorize).query)["prompt"] == ["login"]
     assert "prompt" not in parse_qs(urlsplit(client.get("/login/sso").headers["Location"]).query)
+
+
+def test_a_person_whose_groups_grant_nothing_now_loses_every_session_and_api_token(
+        sso_app: Flask, provider: OidcProvider) -> None:
+    client = sso_app.test_client()
+    _signed_on(client, provider, "bob")
+    other_browser = sso_app.test_client()
+    _signed_on(other_browser, provider, "bob")
+    secret = ApiTokens(sso_app.extensions["hai_engine"]).create("bob", "ci").secret
+    api = sso_app.test_client()
+    assert api.get("/api/v1/tasks", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+    provider.set_user("bob", groups=["unrelated"])
+    assert client.get("/").status_code == 302
+    assert other_browser.get("/").status_code == 302  # every session of his, not only this one
+    assert api.get("/api/v1/tasks", headers={"Authorization": f"Bearer {secret}"}).status_code == 401
+    [lost] = [e for e in _rows(sso_app, audit_log) if e.action == "user.access_lost"]
+    assert (lost.target, lost.after) == ("bob", {"sessions_ended": 2, "tokens_revoked": 1})
+    provider.set_user("bob", groups=["platform"])  # back in a group: he signs on again
+    assert _signed_on(sso_app.test_client(), provider, "bob").headers["Location"] == "/"
+
+
+def test_an_access_token_the_provider_no_longer_accepts_ends_the_session(
+        sso_app: Flask, provider: OidcProvider) -> None:
+    client = sso_app.test_client()
+    _signed_on(client, provider, "alice")
+    with sso_app.extensions["hai_engine"].begin() as conn:
+        [row] = conn.execute(select(user_sessions.c.id, user_sessions.c.sign_on)).all()
+        conn.execute(update(user_sessions).where(user_sessions.c.id == row.id).values(
+            sign_on={**row.sign_on, "at": "revoked-or-expired"}))
+    assert client.get("/").status_code == 302
+    assert _user(sso_app, "alice").disabled is False  # a token's end is not the person's: nothing else changes
+
+
+def test_the_access_token_stays_on_the_server_and_abandoned_starts_do_not_grow_the_cookie(
+        sso_app: Flask, provider: OidcProvider) -> None:
+    client = sso_app.test_client()
+    for _ in range(12):
+        client.get("/login/sso")
+    cookie = client.get_cookie("session")
+    assert cookie is not None and len(cookie.value) < 1600, len(cookie.value)
+    _signed_on(client, provider, "alice")
+    [state] = [r.sign_on for r in _rows(sso_app, user_sessions)]
+    assert set(state) == {"sub", "at", "seen", "answered", "retry"} and state["at"]
+    assert state["at"] not in (client.get_cookie("session").value or "")
+
+
+def test_a_name_that_differs_only_in_case_from_a_local_account_is_refused(
+        sso_app: Flask, provider: OidcProvider) -> None:
+    provider.set_user("Admin", groups=["platform"])
+    client = sso_app.test_client()
+    assert "is another user" in _refusal(client, _signed_on(client, provider, "Admin"))
+    assert _user(sso_app, "Admin") is None
+
+
+@pytest.mark.parametrize("error", ["access_denied", "Your account is locked. Call +1-555-0100 now\r\nFAKE LOG LINE"])
+def test_what_the_provider_sends_back_as_an_error_is_never_shown_as_it_is(
+        sso_app: Flask, provider: OidcProvider, error: str, caplog: pytest.LogCaptureFixture) -> None:
+    client = sso_app.test_client()
+    state = parse_qs(urlsplit(client.get("/login/sso").headers["Location"]).query)["state"][0]
+    page = _refusal(client, client.get("/login/sso/callback", query_string={"error": error, "state": state,
+                                                                             "error_description": error}))
+    assert "Call +1-555" not in page
+    assert ("cancelled or refused" in page) == (error == "access_denied")
+    assert not any("\nFAKE LOG LINE" in r.getMessage() for r in caplog.records)
+
+
+def test_sign_on_in_production_needs_the_public_url() -> None:
+    environ = {"HAI_DATABASE_URL": "postgresql://h/db", "HAI_ENV": "production", "HAI_OIDC_ISSUER": "https://id.test",
+               "HAI_OIDC_CLIENT_ID": "c", "HAI_OIDC_CLIENT_SECRET": "s", "HAI_OIDC_GROUP_ROLES": "g=default:viewer"}
+    with pytest.raises(ConfigError) as caught:
+        read_settings(environ=environ)
+    assert caught.value.field == "HAI_PUBLIC_URL"
+    assert read_settings(environ={**environ, "HAI_PUBLIC_URL": "https://hai.test"}).sign_on.oidc is not None
