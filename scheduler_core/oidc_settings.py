@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from scheduler_core.access import Access, higher
 from scheduler_core.errors import ConfigError
 from scheduler_core.statuses import ROLES
 from scheduler_core.validation import check_int, check_text, shown
@@ -59,17 +60,25 @@ class OidcSettings:
     refresh_s: int = 60
     name: str = "single sign-on"
 
-    def role_of(self, groups: Any) -> str | None:
-        """The highest role the ``groups`` (a claim's value: a list of names, or one name) grant,
-        in any team; None when they grant none."""
+    def access_of(self, groups: Any) -> Access:
+        """What the ``groups`` (a claim's value: a list of names, or one name) grant: the highest
+        role of the ``*`` entries as the global role, and per team the highest of its entries."""
         if isinstance(groups, str):
             names = {groups}
         elif isinstance(groups, list):
             names = {g for g in groups if isinstance(g, str)}
         else:
             names = set()
-        granted = [ROLES.index(m.role) for m in self.group_roles if m.group in names]
-        return ROLES[max(granted)] if granted else None
+        granted: dict[str, str | None] = {}
+        for mapping in self.group_roles:
+            if mapping.group in names:
+                granted[mapping.team] = higher(granted.get(mapping.team), mapping.role)
+        global_role = granted.pop(ALL_TEAMS, None)
+        return Access.of(global_role, {team: role for team, role in granted.items() if role is not None})
+
+    def role_of(self, groups: Any) -> str | None:
+        """The highest role the ``groups`` grant anywhere; None when they grant none."""
+        return self.access_of(groups).highest
 
 
 @dataclass(frozen=True)

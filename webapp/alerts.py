@@ -76,13 +76,13 @@ def _field(exc: ReachConfigError) -> str:
 
 
 @bp.get("/rules/new")
-@require_role("admin")
+@require_role("admin", globally=True)
 def new_rule() -> ResponseReturnValue:
     return _form("create", {"events": [], "throttle_s": "600", "after_min": "10"}, {})
 
 
 @bp.post("/rules/new")
-@require_role("admin")
+@require_role("admin", globally=True)
 def create_rule() -> ResponseReturnValue:
     values = _posted()
     try:
@@ -105,7 +105,7 @@ def _stored_or_404(name: str) -> tuple[AlertRule, int]:
 
 
 @bp.get("/rules/edit/<path:name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def edit_rule(name: str) -> ResponseReturnValue:
     rule, version = _stored_or_404(name)
     values = {**rule.to_json(), "throttle_s": str(rule.throttle_ms // 1000), "after_min": str(rule.after_ms // 60_000),
@@ -114,7 +114,7 @@ def edit_rule(name: str) -> ResponseReturnValue:
 
 
 @bp.post("/rules/edit/<path:name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def update_rule(name: str) -> ResponseReturnValue:
     before, _ = _stored_or_404(name)
     values = {**_posted(), "name": name}
@@ -135,7 +135,7 @@ def update_rule(name: str) -> ResponseReturnValue:
 
 
 @bp.post("/rules/delete/<path:name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def delete_rule(name: str) -> ResponseReturnValue:
     rule, _ = _stored_or_404(name)
     expected = posted_version()
@@ -152,7 +152,7 @@ def delete_rule(name: str) -> ResponseReturnValue:
 
 
 @bp.post("/rules/test/<path:name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def test_rule(name: str) -> ResponseReturnValue:
     reach = _reach()
     if not any(r.name == name for r in reach.alerts.rules()):

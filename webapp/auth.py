@@ -42,6 +42,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from scheduler_core.access import Access, rank
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import MAX_PASSWORD, ROLES, Accounts, Logins, LoginVerdict, User
 from scheduler_core.settings import MAX_PROXIES
@@ -65,11 +66,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 @dataclass(frozen=True)
 class CurrentUser:
     name: str
-    role: str
+    access: Access  # the global role and the role in each team (scheduler_core/access.py)
     signs_on: bool = False  # with the identity provider (logout then ends the provider's session too)
 
-    def can(self, role: str) -> bool:
-        return ROLES.index(self.role) >= ROLES.index(role)
+    @property
+    def role(self) -> str:
+        """The highest role anywhere, as the navigation shows it ("none": no role at all)."""
+        return self.access.highest or "none"
+
+    def can(self, role: str, team: str | None = None) -> bool:
+        return self.access.can(role, team)
+
+    def can_globally(self, role: str) -> bool:
+        """``role`` in every team: users, notification templates and alert rules are everyone's."""
+        return rank(self.access.global_role) >= rank(role)
 
 
 def _users() -> Accounts:
@@ -160,7 +170,8 @@ def _load_user() -> ResponseReturnValue | None:
             if found is None:
                 logins().end_session(session["sid"])
         if found is not None:
-            g.user, g.session_token = CurrentUser(found.name, found.role, found.signs_on), session["sid"]
+            access = Access.of(found.role, found.grants)
+            g.user, g.session_token = CurrentUser(found.name, access, found.signs_on), session["sid"]
         else:
             session.clear()  # ended, expired, or its user disabled: over for good
     elif "user" in session:
@@ -237,20 +248,24 @@ def _security_headers(response: Response) -> Response:
     return response
 
 
-def require_role(role: str) -> Callable[[F], F]:
-    """403 below ``role``. The guarded view keeps the role it needs (``required_role``), so the
-    route itself says what it needs: tests/webapp/test_route_walk.py walks every route by it."""
+def require_role(role: str, globally: bool = False) -> Callable[[F], F]:
+    """403 below ``role``: in some team (team-level work; the object's own team is checked where it
+    is found), or ``globally`` (users, notification templates, alert rules: every team's). The
+    guarded view keeps what it needs (``required_role``), so the route itself says what it needs:
+    tests/webapp/test_route_walk.py walks every route by it."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
 
     def decorate(view: F) -> F:
         @wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            if g.get("user") is None or not g.user.can(role):
+            user = g.get("user")
+            if user is None or not (user.can_globally(role) if globally else user.can(role)):
                 abort(403)
             return view(*args, **kwargs)
 
         guarded.required_role = role  # type: ignore[attr-defined]
+        guarded.required_globally = globally  # type: ignore[attr-defined]
         return guarded  # type: ignore[return-value]
 
     return decorate
@@ -268,7 +283,7 @@ def _template_globals() -> dict[str, Any]:
         ("runs.index", "Runs"), ("executions.index", "Executions"),
         ("logs.index", "Logs"), ("notifications.index", "Notifications"), ("nodes.index", "Nodes"),
         ("audit.index", "Audit"), ("users.index", "Users")) if endpoint in current_app.view_functions
-        and (endpoint != "users.index" or (g.get("user") is not None and g.user.can("admin")))]
+        and (endpoint != "users.index" or (g.get("user") is not None and g.user.can_globally("admin")))]
     return {"current_user": g.get("user"), "nav_links": links}
 
 

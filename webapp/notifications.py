@@ -263,13 +263,13 @@ def _posted_template() -> dict[str, Any]:
 
 
 @bp.get("/templates/new")
-@require_role("admin")
+@require_role("admin", globally=True)
 def new_template() -> ResponseReturnValue:
     return _template_form("create", {"name": "", "provider": "", "subject": None, "body": ""}, {})
 
 
 @bp.post("/templates/new")
-@require_role("admin")
+@require_role("admin", globally=True)
 def create_template() -> ResponseReturnValue:
     values = _posted_template()
     try:
@@ -289,14 +289,14 @@ def _stored_or_404(name: str) -> Any:
 
 
 @bp.get("/templates/edit/<path:name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def edit_template(name: str) -> ResponseReturnValue:
     stored = _stored_or_404(name)
     return _template_form("edit", {**_template_audit(stored), "updated_at": stored.updated_at}, {})
 
 
 @bp.post("/templates/edit/<path:name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def update_template(name: str) -> ResponseReturnValue:
     before = _stored_or_404(name)
     values = {**_posted_template(), "name": name, "updated_at": request.form.get("expected_updated_at", "")}
@@ -317,7 +317,7 @@ def update_template(name: str) -> ResponseReturnValue:
 
 
 @bp.post("/templates/delete/<path:name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def delete_template(name: str) -> ResponseReturnValue:
     before = _stored_or_404(name)
     expected = posted_version()

@@ -26,6 +26,7 @@ from flask import Blueprint, Flask, current_app, redirect, request, session, url
 from flask.typing import ResponseReturnValue
 from joserfc.errors import JoseError
 
+from scheduler_core.access import Access
 from scheduler_core.errors import ConfigError
 from scheduler_core.oidc_settings import OidcSettings, SignOn
 from scheduler_core.runtime.accounts import AuditTrail, NameTakenError, SessionUser
@@ -150,21 +151,23 @@ def callback() -> ResponseReturnValue:
             return _refused(next_url, "Single sign-on failed: the provider's userinfo did not answer.")
         info = answer.body if isinstance(answer.body, dict) else {}
         groups = info.get(settings.groups_claim) if info.get("sub") == claims["sub"] else None
-    role = settings.role_of(groups)
-    if role is None:
+    access = settings.access_of(groups)
+    if access.nothing:
         return _refused(next_url, "Your groups at the identity provider grant no role in this dashboard.",
                         switch=True)
     try:
-        user, before = current_app.extensions["hai_accounts"].sign_on(settings.issuer, claims["sub"],
-                                                                      claims.get(settings.username_claim), role)
+        signed = current_app.extensions["hai_accounts"].sign_on(settings.issuer, claims["sub"],
+                                                                claims.get(settings.username_claim), access)
     except NameTakenError as exc:
         return _refused(next_url, f"Single sign-on failed: {exc.message}.", switch=True)
     except ConfigError:
         return _refused(next_url, f"Single sign-on failed: the provider's {settings.username_claim} claim is "
                                   "not a user name here (letters, digits and . - _ @, up to 64).", switch=True)
+    user = signed.user
     if user.disabled:
         return _refused(next_url, "This user is disabled in the dashboard.", switch=True)
-    _audit_role(user.name, before.role if before is not None else None, role)
+    before = None if signed.before is None else Access.of(signed.before.role, signed.grants_before)
+    _audit_access(user.name, before, access)
     now = _now_ms()
     start_signed_in(user.name, {"sub": claims["sub"], "at": str(token.get("access_token") or ""),
                                 "seen": now, "answered": now, "retry": 0})
@@ -182,14 +185,18 @@ def _refused(next_url: str | None, message: str, cause: Exception | None = None,
     return redirect(url_for("auth.login", next=next_url) if next_url else url_for("auth.login"))
 
 
-def _audit_role(name: str, before: str | None, role: str) -> None:
-    """A user created by signing on, or whose role their groups changed, in the audit trail."""
-    if before == role:
+def _roles(access: Access) -> dict[str, Any]:
+    return {"role": access.global_role, "teams": dict(access.grants)}
+
+
+def _audit_access(name: str, before: Access | None, access: Access) -> None:
+    """A user created by signing on, or whose roles their groups changed, in the audit trail."""
+    if before == access:
         return
     AuditTrail(current_app.extensions["hai_engine"]).record(
         name, "user.create" if before is None else "user.role", name,
-        before=None if before is None else {"role": before}, after={"role": role},
-        reason="signed on: the role their groups at the identity provider grant")
+        before=None if before is None else _roles(before), after=_roles(access),
+        reason="signed on: the roles their groups at the identity provider grant")
 
 
 def _claims_options() -> dict[str, Any]:
@@ -251,19 +258,20 @@ def check_session(found: SessionUser) -> SessionUser | None:
         return found
     if answer.status != 200 or not isinstance(answer.body, dict) or answer.body.get("sub") != state.get("sub"):
         return None
-    role = sign_on.oidc.role_of(answer.body.get(sign_on.oidc.groups_claim))
+    access = sign_on.oidc.access_of(answer.body.get(sign_on.oidc.groups_claim))
     accounts = current_app.extensions["hai_accounts"]
-    if role is None:
+    held = Access.of(found.role, found.grants)
+    if access.nothing:
         sessions, tokens = accounts.lose_access(found.name)
         AuditTrail(current_app.extensions["hai_engine"]).record(
-            found.name, "user.access_lost", found.name, before={"role": found.role},
+            found.name, "user.access_lost", found.name, before=_roles(held),
             after={"sessions_ended": sessions, "tokens_revoked": tokens},
             reason="signed on: their groups at the identity provider grant no role now")
         return None
-    if role != found.role:
-        user, _ = accounts.sign_on(sign_on.oidc.issuer, state["sub"], found.name, role)
-        _audit_role(found.name, found.role, role)
-        found = SessionUser(user.name, user.role, True, state)
+    if access != held:
+        user = accounts.sign_on(sign_on.oidc.issuer, state["sub"], found.name, access).user
+        _audit_access(found.name, held, access)
+        found = SessionUser(user.name, user.role, True, state, dict(access.grants))
     logins().set_sign_on(session.get("sid"), {**state, "seen": now, "answered": now, "retry": 0})
     return found
 

@@ -69,8 +69,10 @@ def token_label(token: ApiToken) -> str:
 
 
 def _manage(user: User, errors: dict[str, str], typed: dict[str, str]) -> ResponseReturnValue:
+    accounts = accounts_of(current_app)
     return shown_again(render_template("users/manage.html", account=user, errors=errors, roles=ROLES,
-                                       min_password=MIN_PASSWORD, token_typed=typed), 400)
+                                       min_password=MIN_PASSWORD, token_typed=typed,
+                                       grants=accounts.grants(user.name), teams=accounts.teams()), 400)
 
 
 def _audit_token(token: ApiToken) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def _audit_token(token: ApiToken) -> dict[str, Any]:
 
 
 @bp.post("/new/<name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def create(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
     typed = {"name": http_request.form.get("name", "").strip(), "expires_days": http_request.form.get(
@@ -108,7 +110,7 @@ def _pads() -> list[list[str]]:
 
 
 @bp.get("/created/<name>/<token_id>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def created(name: str, token_id: str) -> ResponseReturnValue:
     """The new token, the first time this browser opens the page; "already shown" (410) after."""
     user = _user_or_404(name)
@@ -125,7 +127,7 @@ def created(name: str, token_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/revoke/<name>/<token_id>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def revoke(name: str, token_id: str) -> ResponseReturnValue:
     _user_or_404(name)
     token = _tokens().get(token_id)

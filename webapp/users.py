@@ -66,7 +66,7 @@ def _user_or_404(name: str) -> User:
 
 
 @bp.get("/")
-@require_role("admin")
+@require_role("admin", globally=True)
 def index() -> ResponseReturnValue:
     """Every user by name, PAGE at a time (keyset on the name: ``after``)."""
     after = (request.args.get("after") or "").strip() or None
@@ -88,13 +88,13 @@ def _new_form(values: dict[str, str], errors: dict[str, str], status: int = 200)
 
 
 @bp.get("/new")
-@require_role("admin")
+@require_role("admin", globally=True)
 def new() -> ResponseReturnValue:
     return _new_form({"name": "", "role": "viewer"}, {})
 
 
 @bp.post("/new")
-@require_role("admin")
+@require_role("admin", globally=True)
 def create() -> ResponseReturnValue:
     form = request.form
     # A refused form shows everything again as typed, the passwords too (the answer is never cached).
@@ -132,8 +132,10 @@ def _create_errors(values: dict[str, str], password: str, confirm: str) -> dict[
 
 def _manage(user: User, errors: dict[str, str] | None = None, status: int = 200,
             password_typed: dict[str, str] | None = None) -> ResponseReturnValue:
+    accounts = _accounts()
     return _form_page("users/manage.html", status, account=user, errors=errors or {}, roles=ROLES,
-                      min_password=MIN_PASSWORD, password_typed=password_typed or {})
+                      min_password=MIN_PASSWORD, password_typed=password_typed or {},
+                      grants=accounts.grants(user.name), teams=accounts.teams())
 
 
 def _conflict(name: str) -> ResponseReturnValue:
@@ -142,19 +144,19 @@ def _conflict(name: str) -> ResponseReturnValue:
 
 
 @bp.get("/manage/<name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def manage(name: str) -> ResponseReturnValue:
     return _manage(_user_or_404(name))
 
 
 @bp.post("/role/<name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def set_role(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
     role, expected = request.form.get("role", ""), posted_version()
     if expected is None:
         return _manage(user, {"role": MISSING_VERSION}, 400)
-    if role == user.role and expected == user.updated_at:
+    if role == (user.role or "none") and expected == user.updated_at:
         flash(f"{name} is already {role}: nothing to change.", "info")
         return redirect(url_for("users.manage", name=name)), 303
     try:
@@ -164,21 +166,48 @@ def set_role(name: str) -> ResponseReturnValue:
     except ConfigError as exc:  # a bad role, or the last enabled admin
         return _manage(user, {"role": _message(exc)}, 400)
     _audit("user.role", name, before={"role": user.role}, after={"role": changed.role})
-    flash(f"{name} is now {changed.role}{'' if name == g.user.name else ': their open sessions have ended'}.",
-          "success")
+    now = f"is now {changed.role}" if changed.role else "has no global role now (team roles only)"
+    flash(f"{name} {now}{'' if name == g.user.name else ': their open sessions have ended'}.", "success")
     if name == g.user.name and changed.role != "admin":  # stepped down: the users pages are closed to them now
         return redirect(url_for("overview.index")), 303
     return redirect(url_for("users.manage", name=name)), 303
 
 
+@bp.post("/team-role/<name>")
+@require_role("admin", globally=True)
+def set_team_role(name: str) -> ResponseReturnValue:
+    """One team's role of the user (``none``: no role there); the others stay."""
+    user = _user_or_404(name)
+    team, role, expected = request.form.get("team", ""), request.form.get("role", ""), posted_version()
+    if expected is None:
+        return _manage(user, {"team_role": MISSING_VERSION}, 400)
+    accounts = _accounts()
+    before = accounts.grants(name)
+    grants = {t: r for t, r in before.items() if t != team}
+    if role != "none":
+        grants[team] = role
+    try:
+        if team not in accounts.teams():
+            raise ConfigError("team", f"no team {team[:64]!r} here")
+        accounts.set_grants(name, grants, expected, keep_session=own_session(name))
+    except ConflictError:
+        return _conflict(name)
+    except ConfigError as exc:
+        return _manage(user, {"team_role": _message(exc)}, 400)
+    _audit("user.team_role", name, before={"teams": before}, after={"teams": grants})
+    flash(f"{name}'s role in {team} is now {role}"
+          f"{'' if name == g.user.name else ': their open sessions have ended'}.", "success")
+    return redirect(url_for("users.manage", name=name)), 303
+
+
 @bp.post("/disable/<name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def disable(name: str) -> ResponseReturnValue:
     return _set_disabled(name, True)
 
 
 @bp.post("/enable/<name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def enable(name: str) -> ResponseReturnValue:
     return _set_disabled(name, False)
 
@@ -201,7 +230,7 @@ def _set_disabled(name: str, disabled: bool) -> ResponseReturnValue:
 
 
 @bp.post("/password/<name>")
-@require_role("admin")
+@require_role("admin", globally=True)
 def reset_password(name: str) -> ResponseReturnValue:
     user = _user_or_404(name)
     expected = posted_version()

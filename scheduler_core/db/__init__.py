@@ -1,5 +1,6 @@
 """Database layer: configuration, engine, the DB clock, tables and migrations."""
 
+import scheduler_core.db.account_tables  # noqa: F401  (puts the account tables on the one metadata)
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.config import DatabaseConfig, TlsConfig, parse_database_config
 from scheduler_core.db.engine import (

@@ -17,19 +17,23 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from scheduler_core.access import Access
 from scheduler_core.errors import ConfigError
 from scheduler_core.statuses import ROLES
 from scheduler_core.store.logins import FailureCounts, LoginFailureRepository, SessionRepository, SessionUser
+from scheduler_core.store.teams import TeamRepository
 from scheduler_core.store.users import (
     AuditEntry,
     AuditRepository,
     LastAdminError,
     NameTakenError,
+    SignedOn,
     User,
     UserRepository,
 )
@@ -55,6 +59,7 @@ __all__ = [
     "Logins",
     "NameTakenError",
     "SessionUser",
+    "SignedOn",
     "User",
     "check_new_password",
     "check_role",
@@ -62,6 +67,7 @@ __all__ = [
     "login_verdict",
 ]
 MAX_NAME = 64
+MAX_GRANTS = 1000  # teams one user holds a role in
 MAX_REASON = 2000
 TARGET_MAX = 255  # what an action was about: a task id, an occurrence id, a template name
 MIN_PASSWORD = 8
@@ -100,6 +106,11 @@ def check_role(value: Any, field: str = "role") -> str:
     return str(value)
 
 
+def check_global_role(value: Any, field: str = "role") -> str | None:
+    """A global role, or ``none`` / None for none (the user's team roles only)."""
+    return None if value in (None, "none") else check_role(value, field)
+
+
 def check_new_password(password: Any, confirm: Any) -> str:
     """A new password typed twice: ``password`` at least MIN_PASSWORD characters, ``confirm`` the
     same. The messages never repeat what was typed."""
@@ -132,6 +143,7 @@ class Accounts:
 
     def __init__(self, engine: Engine) -> None:
         self._repo = UserRepository(engine)
+        self._teams = TeamRepository(engine)
 
     def count(self) -> int:
         return self._repo.count()
@@ -167,10 +179,33 @@ class Accounts:
         return self._repo.reset_password(_name("name", name), _hash(password_hash), _version(expected_updated_at),
                                          _digest_or_none(keep_session))
 
-    def set_role(self, name: str, role: str, expected_updated_at: int, keep_session: str | None = None) -> User:
-        """A new role; every session of the user ends but ``keep_session`` (as for a password)."""
-        return self._repo.set_role(_name("name", name), check_role(role), _version(expected_updated_at),
+    def set_role(self, name: str, role: str | None, expected_updated_at: int,
+                 keep_session: str | None = None) -> User:
+        """A new global role (``none``: none); every session of the user ends but ``keep_session``
+        (as for a password)."""
+        return self._repo.set_role(_name("name", name), check_global_role(role), _version(expected_updated_at),
                                    _digest_or_none(keep_session))
+
+    def grants(self, name: str) -> dict[str, str]:
+        """``name``'s role in each team that grants one."""
+        return self._repo.grants(_name("name", name))
+
+    def teams(self) -> list[str]:
+        """Every team's id, in order."""
+        return [team.id for team in self._teams.all()]
+
+    def access(self, name: str) -> Access:
+        user = self.get(name)
+        return Access.of(user.role if user is not None else None, self.grants(name) if user is not None else {})
+
+    def set_grants(self, name: str, grants: Mapping[str, str], expected_updated_at: int,
+                   keep_session: str | None = None) -> User:
+        """``name``'s team roles become ``grants`` (team -> role); sessions end as for a role change."""
+        if not isinstance(grants, Mapping) or len(grants) > MAX_GRANTS:
+            raise ConfigError("grants", f"must map at most {MAX_GRANTS} teams to roles")
+        checked = {_name("grants", team): check_role(role, "grants") for team, role in grants.items()}
+        return self._repo.set_grants(_name("name", name), checked, _version(expected_updated_at),
+                                     _digest_or_none(keep_session))
 
     def set_disabled(self, name: str, disabled: bool, expected_updated_at: int, actor: str | None = None) -> User:
         """Disable (or enable) ``name``, ending every session of theirs; ``actor``, the admin
@@ -188,13 +223,13 @@ class Accounts:
         now); (sessions, tokens) ended."""
         return self._repo.lose_access(_name("name", name))
 
-    def sign_on(self, issuer: str, subject: str, name: Any, role: str) -> tuple[User, User | None]:
+    def sign_on(self, issuer: str, subject: str, name: Any, access: Access) -> SignedOn:
         """The user a person of the identity provider (``issuer``, ``subject``) is here, and as it
         was before (None: created now, as ``name``); its role what their groups grant now. ``NameTakenError``
         when the name is another user's (a local account is never taken over);
         ``ConfigError`` naming ``name`` when it cannot be a user name."""
         identity = hashlib.sha256(f"{issuer}\n{subject}".encode()).hexdigest()
-        return self._repo.sign_on(check_username(name), identity, check_role(role))
+        return self._repo.sign_on(check_username(name), identity, access.global_role, dict(access.grants))
 
 
 def _digest(token: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from scheduler_core.access import Access
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import check_username
 from scheduler_core.store.api_tokens import ApiToken, ApiTokenRepository, TokenUse
@@ -62,7 +63,7 @@ class TokenCheck:
     token_id: str
     token_name: str
     username: str
-    role: str  # the user's role now
+    access: Access  # the user's global role and team roles now
     allowed: bool  # False: over the limit of its window
     retry_after_ms: int  # when not allowed: until the window ends
     remaining: int  # requests left in the window
@@ -170,7 +171,8 @@ class ApiTokens:
         if found is None:
             return None
         allowed = found.window_count <= limit
-        return TokenCheck(found.token_id, found.token_name, found.username, found.role, allowed,
+        access = Access.of(found.role, found.grants)
+        return TokenCheck(found.token_id, found.token_name, found.username, access, allowed,
                           0 if allowed else max(1, found.window_start + RATE_WINDOW_MS - found.now),
                           max(0, limit - found.window_count))
 

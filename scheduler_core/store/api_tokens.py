@@ -16,15 +16,16 @@ against the same number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import case, false, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
+from scheduler_core.db.account_tables import api_tokens, users
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
-from scheduler_core.db.tables import api_tokens, users
+from scheduler_core.store.teams import grants_of
 from scheduler_core.store.transactions import one_row, read, write
 
 
@@ -52,10 +53,11 @@ class TokenUse:
     token_id: str
     token_name: str
     username: str
-    role: str  # the user's role as stored now
+    role: str | None  # the user's global role as stored now (None: none)
     now: int  # DB clock of the check
     window_start: int  # the window this request was counted in
     window_count: int  # requests counted in it, this one included
+    grants: dict[str, str] = field(default_factory=dict)  # the user's team roles as stored now
 
 
 def _token(row: Row[Any]) -> ApiToken:
@@ -170,7 +172,7 @@ class ApiTokenRepository:
             counted = conn.execute(select(api_tokens.c.window_start, api_tokens.c.window_count)
                                    .where(api_tokens.c.id == row.id)).one()
             return TokenUse(row.id, row.name, row.username, row.role, now, to_ms(counted.window_start, "window_start"),
-                            int(counted.window_count))
+                            int(counted.window_count), grants_of(conn, row.username))
 
         return write(self.engine, work)
 

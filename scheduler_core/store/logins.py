@@ -12,14 +12,15 @@ comparison can use an index (MySQL's SYSDATE in a WHERE clause cannot).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import and_, case, delete, false, func, select, update
 from sqlalchemy.engine import Connection, Engine
 
+from scheduler_core.db.account_tables import login_failures, user_sessions, users
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
-from scheduler_core.db.tables import login_failures, user_sessions, users
+from scheduler_core.store.teams import grants_of
 from scheduler_core.store.transactions import read, write
 
 
@@ -28,9 +29,10 @@ class SessionUser:
     """Who a valid session belongs to, as stored now."""
 
     name: str
-    role: str  # viewer | operator | admin, read on every request
+    role: str | None  # the global role (viewer | operator | admin; None: none), read on every request
     signs_on: bool = False  # a user of the identity provider (False: a local account)
     sign_on: dict[str, Any] | None = None  # the session's single sign-on state (webapp/oidc.py); None: local
+    grants: dict[str, str] = field(default_factory=dict)  # team -> role, read on every request
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,10 @@ def end_user_sessions(conn: Connection, name: str, keep: str | None = None) -> i
     if keep is not None:
         query = query.where(user_sessions.c.id != keep)
     return int(conn.execute(query).rowcount)
+
+
+def _with_grants(conn: Connection, row: Any) -> tuple[Any, dict[str, str]]:
+    return row, grants_of(conn, row.username) if row is not None else {}
 
 
 class SessionRepository:
@@ -83,7 +89,7 @@ class SessionRepository:
                         user_sessions.c.expires_at, db_now_ms().label("now"))
                  .join(users, users.c.username == user_sessions.c.username)
                  .where(user_sessions.c.id == digest, users.c.disabled == false()))
-        row = read(self.engine, lambda c: c.execute(query).first())
+        row, grants = read(self.engine, lambda c: _with_grants(c, c.execute(query).first()))
         if row is None:
             return None
         now = to_ms(row.now, "now")
@@ -93,7 +99,7 @@ class SessionRepository:
             expires = min(to_ms(row.created_at, "created_at") + lifetime_ms, now + idle_ms)
             write(self.engine, lambda c: c.execute(update(user_sessions).where(user_sessions.c.id == digest).values(
                 last_seen_at=now, expires_at=expires)))
-        return SessionUser(row.username, row.role, row.identity is not None, row.sign_on)
+        return SessionUser(row.username, row.role, row.identity is not None, row.sign_on, grants)
 
     def set_sign_on(self, digest: str, sign_on: dict[str, Any]) -> None:
         """The session's single sign-on state, as last read from the provider."""

@@ -6,6 +6,7 @@ sessions in the same transaction (``keep``: the one session that asked, when it 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,25 +14,36 @@ from sqlalchemy import false, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
+from scheduler_core.db.account_tables import api_tokens, users
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
-from scheduler_core.db.tables import api_tokens, audit_log, users
+from scheduler_core.db.tables import audit_log
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.statuses import ROLES
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.logins import end_user_sessions
+from scheduler_core.store.teams import grants_of, replace_grants
 from scheduler_core.store.transactions import one_row, read, write
 
 
 @dataclass(frozen=True)
 class User:
     name: str
-    role: str  # viewer | operator | admin
+    role: str | None  # the global role (every team): viewer | operator | admin; None: none (team grants only)
     password_hash: str = field(repr=False)  # never in a log line or an error message
     disabled: bool
     last_login_at: int | None
     created_at: int
     updated_at: int  # the version a change must name (compare-and-set)
     identity: str | None = None  # signs on with the identity provider (its role comes from there); None: local
+
+
+@dataclass(frozen=True)
+class SignedOn:
+    """A sign-on's user as written, and as it was before (None: created now)."""
+
+    user: User
+    before: User | None
+    grants_before: dict[str, str]
 
 
 class LastAdminError(ConfigError):
@@ -65,8 +77,8 @@ def _user(row: Row[Any]) -> User:
                 to_ms(row.updated_at, "updated_at"), row.identity)
 
 
-def _check_role(role: str) -> None:
-    if role not in ROLES:
+def _check_role(role: str | None, optional: bool = False) -> None:
+    if role not in ROLES and not (optional and role is None):
         raise ConfigError("role", f"must be one of {', '.join(ROLES)} (got {role!r})")
 
 
@@ -127,11 +139,24 @@ class UserRepository:
         """A new password hash at version ``expected_updated_at`` only (ConflictError otherwise)."""
         return self._change(name, expected_updated_at, {"password_hash": password_hash}, what="password", keep=keep)
 
-    def set_role(self, name: str, role: str, expected_updated_at: int, keep: str | None = None) -> User:
-        """Change a user's role at version ``expected_updated_at``; LastAdminError when it would
-        demote the last enabled admin, ConflictError when the user changed or is gone."""
-        _check_role(role)
+    def set_role(self, name: str, role: str | None, expected_updated_at: int, keep: str | None = None) -> User:
+        """Change a user's global role (None: none) at version ``expected_updated_at``;
+        LastAdminError when it would demote the last enabled admin, ConflictError when the user
+        changed or is gone."""
+        _check_role(role, optional=True)
         return self._change(name, expected_updated_at, {"role": role}, what="role", keep=keep)
+
+    def grants(self, name: str) -> dict[str, str]:
+        """``name``'s role in each team that grants one."""
+        return read(self.engine, lambda c: grants_of(c, name))
+
+    def set_grants(self, name: str, grants: Mapping[str, str], expected_updated_at: int,
+                   keep: str | None = None) -> User:
+        """``name``'s team roles become ``grants`` at version ``expected_updated_at`` (teams that
+        exist, roles that are roles: ``ConfigError`` naming ``grants``); their sessions end but
+        ``keep``, as for a role change."""
+        return self._change(name, expected_updated_at, {}, what="grants", keep=keep,
+                            then=lambda conn: replace_grants(conn, name, grants))
 
     def set_disabled(self, name: str, disabled: bool, expected_updated_at: int) -> User:
         """Disable or enable a user at version ``expected_updated_at``; LastAdminError when it
@@ -139,7 +164,7 @@ class UserRepository:
         return self._change(name, expected_updated_at, {"disabled": bool(disabled)}, what="disabled")
 
     def _change(self, name: str, expected_updated_at: int, values: dict[str, Any], what: str,
-                keep: str | None = None) -> User:
+                keep: str | None = None, then: Callable[[Connection], object] | None = None) -> User:
         """Check and change in ONE transaction: lock the enabled admins, then the user; refuse a
         stale version or losing the last admin (nothing written); else write, end the user's
         sessions but ``keep`` (a session digest), and read back."""
@@ -152,10 +177,10 @@ class UserRepository:
                 raise ConflictError(f"user {name!r} changed since version {expected_updated_at} (or is gone)",
                                     name=name)
             current = _user(row)
-            if current.identity is not None and what in ("role", "password"):
-                raise ConfigError(what, f"{name!r} signs on with the identity provider: its {what} comes from there "
-                                        "(its groups)" if what == "role" else f"{name!r} signs on with the identity "
-                                        "provider and has no password here")
+            if current.identity is not None and what in ("role", "password", "grants"):
+                raise ConfigError(what, f"{name!r} signs on with the identity provider and has no password here"
+                                  if what == "password" else f"{name!r} signs on with the identity provider: its "
+                                  "roles come from there (its groups)")
             stays_admin = values.get("role", current.role) == "admin" and not values.get("disabled", current.disabled)
             if name in admins and not stays_admin and len(admins) <= 1:
                 raise LastAdminError(what, f"{name!r} is the last enabled admin: make another user an admin "
@@ -165,20 +190,23 @@ class UserRepository:
             ).values(**values, updated_at=greatest(conn, db_now_ms(), users.c.updated_at + 1))).rowcount
             if changed != 1:  # cannot happen under the row lock; never report a change that did not land
                 raise ConflictError(f"user {name!r} changed meanwhile", name=name)
+            if then is not None:
+                then(conn)
             end_user_sessions(conn, name, keep)
             return _user(conn.execute(select(users).where(users.c.username == name)).one())
 
         return write(self.engine, work)
 
-    def sign_on(self, name: str, identity: str, role: str) -> tuple[User, User | None]:
+    def sign_on(self, name: str, identity: str, role: str | None, grants: Mapping[str, str]) -> SignedOn:
         """The user who signs on with ``identity`` (a digest of issuer and subject), created on
         first sign-on as ``name``, with ``role`` (what their groups grant now) written when it
-        changed; with the user as it was before (None: created now). Raises ``NameTakenError``
+        changed, and ``grants`` (team roles) likewise; with the user as it was before (None: created
+        now). Raises ``NameTakenError``
         when ``name`` is another user's: a local account is never taken over by a person of the
         provider who has its name. A disabled user is returned as it is (the caller refuses it)."""
-        _check_role(role)
+        _check_role(role, optional=True)
 
-        def work(conn: Connection) -> tuple[User, User | None]:
+        def work(conn: Connection) -> SignedOn:
             row = conn.execute(select(users).where(users.c.identity == identity).with_for_update()).first()
             before = _user(row) if row is not None else None
             if row is None and conn.execute(select(users.c.username).where(
@@ -198,11 +226,12 @@ class UserRepository:
                     before = _user(row)
                 else:
                     row = conn.execute(select(users).where(users.c.identity == identity)).one()
-            if row.role != role and not row.disabled:
+            grants_before = grants_of(conn, row.username)
+            if not row.disabled and (replace_grants(conn, row.username, grants) or row.role != role):
                 conn.execute(update(users).where(users.c.identity == identity).values(
                     role=role, updated_at=greatest(conn, db_now_ms(), users.c.updated_at + 1)))
                 row = conn.execute(select(users).where(users.c.identity == identity)).one()
-            return _user(row), before
+            return SignedOn(_user(row), before, grants_before)
 
         return write(self.engine, work)
 

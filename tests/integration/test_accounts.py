@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from scheduler_core.db.tables import users
+from scheduler_core.db.account_tables import users
 from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.runtime.accounts import Accounts, LastAdminError, User, check_new_password
 from tests.helpers.race import race

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from scheduler_core.db import close_engine, create_engine, upgrade
-from scheduler_core.db.tables import api_tokens
+from scheduler_core.db.account_tables import api_tokens
 from tests.conftest import TestDatabase
 
 LONG = "x" * 64

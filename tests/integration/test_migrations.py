@@ -8,7 +8,7 @@ import sys
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import insert, inspect
+from sqlalchemy import insert, inspect, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
@@ -82,3 +82,30 @@ def test_keyless_triggers_and_other_tasks_do_not_collide(engine: Engine) -> None
     with engine.begin() as conn:
         conn.execute(insert(executions), [_execution("a"), _execution("b"), _execution("c", "k", task_id="u"),
                                           _execution("d", "k", task_id="v")])
+
+
+def test_team_namespaces_keep_every_users_roles_in_the_default_team(empty_database: TestDatabase) -> None:
+    """Migration 0025: admins stay global admins; viewers and operators keep their role as a
+    grant in ``default`` (no global role); every existing task is ``default``'s."""
+    engine = create_engine(empty_database.url)
+    try:
+        upgrade(engine, "0024")
+        with engine.begin() as conn:
+            for name, role in (("ann", "admin"), ("oscar", "operator"), ("vera", "viewer")):
+                conn.execute(text("INSERT INTO users (username, password_hash, role, disabled, created_at, updated_at)"
+                                  " VALUES (:n, 'x', :r, :d, 5, 7)"), {"n": name, "r": role, "d": False})
+            conn.execute(text("INSERT INTO tasks (id, name, cron, timezone, enabled, delete_after_run, idempotent, "
+                              "revision, created_at, updated_at) VALUES ('t', 't', '* * * * *', 'UTC', :t, :f, :f, "
+                              "1, 1, 1)"), {"t": True, "f": False})
+        upgrade(engine)
+        with engine.connect() as conn:
+            roles = dict(conn.execute(text("SELECT username, role FROM users")).all())
+            grants = {(u, t, r) for u, t, r in conn.execute(text("SELECT username, team, role FROM team_grants"))}
+            task_team = conn.execute(text("SELECT team FROM tasks WHERE id = 't'")).scalar_one()
+            teams = conn.execute(text("SELECT id FROM teams")).scalars().all()
+            conn.rollback()
+        assert roles == {"ann": "admin", "oscar": None, "vera": None}
+        assert grants == {("oscar", "default", "operator"), ("vera", "default", "viewer")}
+        assert (task_team, teams) == ("default", ["default"])
+    finally:
+        close_engine(engine)

@@ -17,7 +17,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select, update
 from werkzeug.security import generate_password_hash
 
-from scheduler_core.db.tables import api_tokens
+from scheduler_core.db.account_tables import api_tokens
 from scheduler_core.errors import ConfigError
 from tests.webapp.api_support import Api, assert_problem, make_api
 from tests.webapp.conftest import ADMIN_PASSWORD, Auth, _dashboard, csrf_token

@@ -16,7 +16,7 @@ import requests
 from flask import Flask
 from sqlalchemy import select, update
 
-from scheduler_core.db.tables import user_sessions
+from scheduler_core.db.account_tables import user_sessions
 from scheduler_core.errors import ConfigError
 from scheduler_core.oidc_settings import GroupRole, OidcSettings, SignOn
 from tests.conftest import TestDatabase

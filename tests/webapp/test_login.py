@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
-from scheduler_core.db.tables import login_failures
+from scheduler_core.db.account_tables import login_failures
 from scheduler_core.errors import ConfigError
 from scheduler_core.runtime.accounts import (
     ACCOUNT_FIRST_WAIT_MS,

@@ -16,7 +16,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
-from scheduler_core.db.tables import audit_log, user_sessions, users
+from scheduler_core.db.account_tables import team_grants, user_sessions, users
+from scheduler_core.db.tables import audit_log
 from scheduler_core.errors import ConfigError
 from scheduler_core.oidc_settings import GroupRole, OidcSettings, SignOn
 from scheduler_core.runtime.api_tokens import ApiTokens
@@ -111,6 +112,10 @@ def _rows(app: Flask, table: Any) -> list[Any]:
     return rows
 
 
+def _grants(app: Flask, name: str) -> dict[str, str]:
+    return {r.team: r.role for r in _rows(app, team_grants) if r.username == name}
+
+
 def _user(app: Flask, name: str) -> Any:
     return next((u for u in _rows(app, users) if u.username == name), None)
 
@@ -122,10 +127,11 @@ def test_a_person_signs_on_and_is_created_with_the_role_their_groups_grant(
     assert (done.status_code, done.headers["Location"]) == (302, "/tasks/")
     assert client.get("/tasks/").status_code == 200
     alice = _user(sso_app, "alice")
-    assert (alice.role, alice.disabled, len(alice.identity)) == ("operator", False, 64)
+    assert (alice.role, alice.disabled, len(alice.identity)) == (None, False, 64)  # no global role: ...
+    assert _grants(sso_app, "alice") == {"default": "operator"}  # ... operator in the team her group names
     assert alice.password_hash == "!sign-on"
     assert [(e.actor, e.action, e.after) for e in _rows(sso_app, audit_log)] == [
-        ("alice", "user.create", {"role": "operator"})]
+        ("alice", "user.create", {"role": None, "teams": {"default": "operator"}})]
     # operator, not admin: the users page is not hers
     assert client.get("/users/").status_code == 403
     # a second sign-on is the same user (by issuer and subject), not a second one
@@ -215,9 +221,9 @@ def test_groups_are_read_again_and_a_removed_group_ends_the_session(sso_app: Fla
     assert client.get("/").status_code == 200
     provider.set_user("alice", groups=["readers"])  # operator -> viewer
     assert client.get("/").status_code == 200
-    assert _user(sso_app, "alice").role == "viewer"
+    assert _grants(sso_app, "alice") == {"default": "viewer"}
     assert [(e.action, e.before, e.after) for e in _rows(sso_app, audit_log) if e.action == "user.role"] == [
-        ("user.role", {"role": "operator"}, {"role": "viewer"})]
+        ("user.role", {"role": None, "teams": {"default": "operator"}}, {"role": None, "teams": {"default": "viewer"}})]
     provider.set_user("alice", groups=["unrelated"])  # nothing granted: the next request is signed out
     answer = client.get("/")
     assert answer.status_code == 302 and answer.headers["Location"].startswith("/login")
@@ -315,17 +321,19 @@ def test_the_users_page_says_who_signs_on_and_offers_no_password_or_role_for_the
     admin.post("/login", data={"username": "admin", "password": ADMIN_PASSWORD, "csrf_token": csrf_token(admin)})
     page = admin.get("/users/manage/alice").get_data(as_text=True)
     assert "with single sign-on" in page
-    assert "Reset password" not in page and "Change role" not in page
+    assert "Reset password" not in page and "Change role" not in page and "Set team role" not in page
     assert "with a password" in admin.get("/users/manage/admin").get_data(as_text=True)
     before = _user(sso_app, "alice")
     token = csrf_token(admin, "/users/manage/alice")
-    for action, form in (("/users/role/alice", {"role": "admin"}),
+    for action, form in (("/users/role/alice", {"role": "admin"}), ("/users/team-role/alice", {"team": "default",
+                                                                                            "role": "admin"}),
                          ("/users/password/alice", {"password": "p" * 12, "confirm": "p" * 12})):
         refused = admin.post(action, data={"csrf_token": token, "expected_updated_at": before.updated_at, **form})
         assert refused.status_code == 400, (action, refused.status_code)
         assert "identity provider" in refused.get_data(as_text=True)
     after = _user(sso_app, "alice")
-    assert (after.role, after.password_hash, after.updated_at) == ("operator", "!sign-on", before.updated_at)
+    assert (after.role, after.password_hash, after.updated_at) == (None, "!sign-on", before.updated_at)
+    assert _grants(sso_app, "alice") == {"default": "operator"}
 
 
 def test_sign_in_as_someone_else_asks_the_provider_who_you_are_again(sso_app: Flask, provider: OidcProvider) -> None:

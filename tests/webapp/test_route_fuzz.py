@@ -103,6 +103,7 @@ FIELDS: dict[str, dict[str, Field]] = {
     "users.create": {"name": "fuzz-user", "role": "viewer", "password": "fuzz-password-1",
                      "confirm": "fuzz-password-1"},
     "users.set_role": {"role": "operator", "expected_updated_at": USER_VERSION},
+    "users.set_team_role": {"team": "default", "role": "operator", "expected_updated_at": USER_VERSION},
     "users.disable": {"expected_updated_at": USER_VERSION},
     "users.enable": {"expected_updated_at": USER_VERSION},
     "users.reset_password": {"password": "walk-password-2", "confirm": "walk-password-2",

@@ -29,7 +29,8 @@ ADMIN = ("notifications.new_template", "notifications.create_template", "notific
          "notifications.update_template", "notifications.delete_template", "tasks.new", "tasks.create", "tasks.edit",
          "tasks.update", "tasks.enable", "tasks.disable", "tasks.confirm_delete", "tasks.delete", "users.index",
          "users.new", "users.create", "users.manage", "users.set_role", "users.disable", "users.enable",
-         "users.reset_password", "alerts.new_rule", "alerts.create_rule", "alerts.edit_rule", "alerts.update_rule",
+         "users.reset_password", "users.set_team_role", "alerts.new_rule", "alerts.create_rule", "alerts.edit_rule",
+         "alerts.update_rule",
          "alerts.delete_rule", "alerts.test_rule")
 # The JSON API (/api/v1, bearer tokens): reads need a token of any role, so "viewer" is named.
 API_VIEWER = ("api.list_tasks", "api.get_task", "api.describe_task", "api.list_executions", "api.get_execution",
@@ -40,6 +41,8 @@ API_OPERATOR = ("api.pause_task", "api.resume_task", "api.trigger_task", "api.ba
                 "api.resolve_delivery")
 API_ADMIN = ("api.create_task", "api.update_task", "api.delete_task", "user_tokens.create", "user_tokens.revoke",
              "user_tokens.created")
+# Everyone's, not one team's: these need the role globally (a team's admin is refused).
+GLOBAL = tuple(e for e in ADMIN + API_ADMIN if e.split(".")[0] in ("users", "user_tokens", "notifications", "alerts"))
 NEEDED = {**dict.fromkeys(OPERATOR + API_OPERATOR, "operator"), **dict.fromkeys(ADMIN + API_ADMIN, "admin"),
           **dict.fromkeys(API_VIEWER, "viewer")}
 
@@ -58,6 +61,24 @@ def test_every_endpoint_needs_exactly_the_role_written_here(app: Flask) -> None:
     wrong = {endpoint: (role, NEEDED.get(endpoint)) for endpoint, role in roles.items()
              if role != NEEDED.get(endpoint)}
     assert not wrong, f"endpoint: (role it needs, role written here): {wrong}"
+    globally = {endpoint for endpoint, view in app.view_functions.items() if getattr(view, "required_globally", False)}
+    assert globally == set(GLOBAL), (sorted(globally - set(GLOBAL)), sorted(set(GLOBAL) - globally))
+
+
+def test_a_teams_admin_edits_tasks_but_not_what_every_team_shares(app: Flask) -> None:
+    """Admin of ``default`` by a team grant, no global role: the task forms open; users,
+    notification templates and alert rules answer 403, and the navigation has no Users link."""
+    accounts = accounts_of(app)
+    accounts.create("teamadmin", "viewer", generate_password_hash("team-admin-password"))
+    user = accounts.set_role("teamadmin", None, accounts.get("teamadmin").updated_at)
+    accounts.set_grants("teamadmin", {"default": "admin"}, user.updated_at)
+    scheduler_of(app).register(TaskDefinition(id="roles", name="Roles", cron="0 2 * * *"))
+    client = app.test_client()
+    assert Auth(client).login("teamadmin", "team-admin-password").status_code == 302
+    for endpoint, path in GUARDED_PAGES.items():
+        expected = 403 if endpoint in GLOBAL else 200
+        assert client.get(path).status_code == expected, endpoint
+    assert 'href="/users/"' not in client.get("/").get_data(as_text=True)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 from werkzeug.security import generate_password_hash
 
-from scheduler_core.db.tables import user_sessions
+from scheduler_core.db.account_tables import user_sessions
 from scheduler_core.runtime.accounts import SESSION_IDLE_MS, SESSION_LIFETIME_MS, SESSION_TOUCH_MS, Logins
 from scheduler_core.testing import set_clock_offset
 from tests.webapp.conftest import ADMIN_PASSWORD, Auth, csrf_token

@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select, update
 from werkzeug.security import generate_password_hash
 
-from scheduler_core.db.tables import api_tokens
+from scheduler_core.db.account_tables import api_tokens
 from scheduler_core.runtime.api_tokens import PREFIX_LENGTH, SEALED_MAX_AGE_MS
 from tests.webapp.conftest import ADMIN_PASSWORD, Auth, csrf_token
 from webapp.cli import main

@@ -470,3 +470,35 @@ def test_audit_trail_never_holds_a_password_or_hash(app: Flask, client: FlaskCli
     for hashed in hashes:  # nor any recognisable piece of a hash (its salt or digest)
         for piece in hashed.split("$")[1:]:
             assert piece not in stored
+
+
+def test_an_admin_gives_a_role_in_a_team_and_takes_the_global_role_away(app: Flask, client: FlaskClient,
+                                                                       auth: Auth) -> None:
+    vic = _add(app, "vic", "viewer")
+    other = app.test_client()
+    assert Auth(other).login("vic", "vic-password").status_code == 302
+    auth.login()
+    done = _post(client, "/users/team-role/vic", team="default", role="operator", expected_updated_at=vic.updated_at)
+    assert done.status_code == 303
+    assert _accounts(app).grants("vic") == {"default": "operator"}
+    assert other.get("/").status_code == 302  # her sessions ended, as for a role change
+    vic = _user(app, "vic")
+    done = _post(client, "/users/role/vic", role="none", expected_updated_at=vic.updated_at)
+    assert done.status_code == 303 and _user(app, "vic").role is None
+    page = _text(client.get("/users/manage/vic"))
+    assert "default: operator" in page
+    assert "none" in _text(client.get("/users/"))
+    entries = [(e.action, e.before, e.after) for e in _audit(app) if e.target == "vic"]
+    assert ("user.team_role", {"teams": {}}, {"teams": {"default": "operator"}}) in entries
+    assert ("user.role", {"role": "viewer"}, {"role": None}) in entries
+
+
+@pytest.mark.parametrize(("form", "says"), [({"team": "payments", "role": "admin"}, "No team 'payments'"),
+                                            ({"team": "default", "role": "root"}, "one of viewer, operator")])
+def test_a_team_role_that_cannot_be_is_refused_by_name_and_changes_nothing(
+        app: Flask, client: FlaskClient, auth: Auth, form: dict[str, str], says: str) -> None:
+    vic = _add(app, "vic", "viewer")
+    auth.login()
+    refused = _post(client, "/users/team-role/vic", expected_updated_at=vic.updated_at, **form)
+    assert refused.status_code == 400 and says in _field_error(_text(refused), "user-team_role")
+    assert _accounts(app).grants("vic") == {} and _user(app, "vic").updated_at == vic.updated_at

@@ -31,6 +31,7 @@ from typing import Any, get_type_hints
 from flask import Blueprint, Response, current_app, g, request
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from scheduler_core.access import Access
 from scheduler_core.errors import (
     ConfigError,
     ConflictError,
@@ -44,7 +45,6 @@ from scheduler_core.errors import (
     TaskNotFoundError,
     TemplateNotFoundError,
 )
-from scheduler_core.runtime.accounts import ROLES
 from scheduler_core.runtime.api_tokens import ApiTokens, TokenCheck
 from webapp.auth import CurrentUser
 from webapp.node import audit_of
@@ -99,9 +99,13 @@ OPERATIONS: list[Operation] = []
 @dataclass(frozen=True)
 class Caller:
     name: str
-    role: str
+    access: Access  # the token's user's global role and team roles, read for this request
     token_id: str
     token_name: str
+
+    @property
+    def role(self) -> str:
+        return self.access.highest or "none"
 
     def audit(self, action: str, target: str | None, *, before: Any = None, after: Any = None,
               reason: str | None = None) -> None:
@@ -276,9 +280,9 @@ def _caller(role: str) -> Caller:
         raise ApiProblem(429, "Too many requests", f"this token's rate limit is reached; retry in {seconds} s",
                          RATE_CODE, None, {"Retry-After": str(seconds)})
     g.api_remaining = check.remaining
-    caller = Caller(check.username, check.role, check.token_id, check.token_name)
-    g.user = CurrentUser(caller.name, caller.role)
-    if ROLES.index(caller.role) < ROLES.index(role):
+    caller = Caller(check.username, check.access, check.token_id, check.token_name)
+    g.user = CurrentUser(caller.name, caller.access)
+    if not caller.access.can(role):
         raise ApiProblem(403, "Forbidden", f"this needs the {role} role; {caller.name} is {caller.role}",
                          FORBIDDEN_CODE)
     return caller

@@ -1,0 +1,75 @@
+"""Teams and the roles users hold in them (``teams``, ``team_grants``: migration 0025,
+docs/teams.md). Grants are read and written inside the caller's transaction, beside the user
+row they belong to (store/users.py, store/logins.py, store/api_tokens.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.engine import Connection, Engine
+
+from scheduler_core.db.account_tables import team_grants, teams
+from scheduler_core.db.clock import db_now_ms, to_ms
+from scheduler_core.errors import ConfigError
+from scheduler_core.statuses import ROLES
+from scheduler_core.store.transactions import read
+
+
+@dataclass(frozen=True)
+class Team:
+    id: str
+    name: str
+    created_at: int
+    updated_at: int
+
+
+def _team(row: Any) -> Team:
+    return Team(row.id, row.name, to_ms(row.created_at, "created_at"), to_ms(row.updated_at, "updated_at"))
+
+
+class TeamRepository:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def all(self) -> list[Team]:
+        query = select(teams).order_by(teams.c.id)
+        return [_team(r) for r in read(self.engine, lambda c: c.execute(query).all())]
+
+
+def grants_of(conn: Connection, name: str) -> dict[str, str]:
+    """``name``'s role in each team that grants one (team -> role)."""
+    rows = conn.execute(select(team_grants.c.team, team_grants.c.role).where(team_grants.c.username == name))
+    return {team: role for team, role in rows}
+
+
+def check_grants(conn: Connection, grants: Mapping[str, str], field: str = "grants") -> None:
+    """Every team named exists and every role is one; ``ConfigError`` naming ``field`` otherwise."""
+    for role in grants.values():
+        if role not in ROLES:
+            raise ConfigError(field, f"must name roles among {', '.join(ROLES)} (got {role!r})")
+    if grants:
+        known = set(conn.execute(select(teams.c.id).where(teams.c.id.in_(list(grants)))).scalars())
+        unknown = sorted(set(grants) - known)
+        if unknown:
+            raise ConfigError(field, f"names no team here: {unknown[0]!r}")
+
+
+def replace_grants(conn: Connection, name: str, grants: Mapping[str, str]) -> bool:
+    """``name``'s grants become exactly ``grants`` (checked); True when anything changed."""
+    check_grants(conn, grants)
+    current = grants_of(conn, name)
+    if current == dict(grants):
+        return False
+    gone = [team for team in current if team not in grants]
+    if gone:
+        conn.execute(delete(team_grants).where(team_grants.c.username == name, team_grants.c.team.in_(gone)))
+    for team, role in grants.items():
+        if team not in current:
+            conn.execute(team_grants.insert().values(username=name, team=team, role=role, created_at=db_now_ms()))
+        elif current[team] != role:
+            conn.execute(update(team_grants).where(team_grants.c.username == name, team_grants.c.team == team)
+                         .values(role=role))
+    return True
