@@ -159,8 +159,9 @@ class Provider:
         return self._metadata
 
     def logout_origin(self) -> str | None:
-        """The origin of the end-session endpoint (CSP form-action: the logout form leads there)."""
-        metadata = self.metadata()
+        """The origin of the end-session endpoint (CSP form-action: the logout form leads there), from
+        the document this worker has: every response asks, so it never asks the provider itself."""
+        metadata = self._metadata
         endpoint = metadata.get("end_session_endpoint") if metadata is not None else None
         if not isinstance(endpoint, str):
             return None

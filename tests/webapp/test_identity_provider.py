@@ -34,10 +34,12 @@ class DocumentServer:
     def __init__(self) -> None:
         self.document: Any = None
         self.status = 503
+        self.asked = 0
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                owner.asked += 1
                 body = json.dumps(owner.document).encode() if owner.status == 200 else b"{}"
                 self.send_response(owner.status)
                 self.send_header("Content-Type", "application/json")
@@ -165,3 +167,17 @@ def _state(app: Flask) -> dict[str, Any]:
 def _set_state(app: Flask, state: dict[str, Any]) -> None:
     with app.extensions["hai_engine"].begin() as conn:
         conn.execute(update(user_sessions).values(sign_on=state))
+
+
+def test_the_header_every_response_carries_never_asks_the_provider(
+        documents: DocumentServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CSP's form-action names the provider from the document the worker has: a page's
+    response does not wait for a provider that does not answer."""
+    monkeypatch.setattr(identity_provider, "RETRY_S", (0, 0))
+    provider = Provider(_settings(documents.issuer), "development")
+    for _ in range(3):
+        assert provider.logout_origin() is None
+    assert documents.asked == 0
+    documents.agree(end_session_endpoint=f"{documents.issuer}/logout")
+    assert provider.metadata() is not None and documents.asked == 1
+    assert provider.logout_origin() == documents.issuer and documents.asked == 1
