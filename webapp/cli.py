@@ -134,7 +134,7 @@ def _reset(users: Accounts, name: str, role: str, password_hash: str) -> str:
         users.set_role(name, role, user.updated_at)
     if not users.set_password(name, password_hash):
         raise ConfigError("name", f"no user {name!r}")
-    change = f"role {user.role} -> {role}" if user.role != role else f"role {role} unchanged"
+    change = f"role {user.role or 'none'} -> {role}" if user.role != role else f"role {role} unchanged"
     return f"user {name!r}: password reset, {change}"
 
 

@@ -249,3 +249,19 @@ def test_create_user_messages_name_the_field_once(tmp_path: Path) -> None:
     bad_name = _run(["create-user", "bad name!", "--role", "viewer"], tmp_path, HAI_NEW_PASSWORD="long enough")
     assert bad_name.stderr.startswith("error: hai:scheduler:012 name: must be ") and "name: name" not in bad_name.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_create_user_reset_gives_a_team_only_user_a_global_role_again(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/users.db"
+    assert _run(["create-user", "tia", "--role", "viewer"], tmp_path, HAI_DATABASE_URL=url,
+                HAI_NEW_PASSWORD="tia password 1").returncode == 0
+    engine = create_engine(url)
+    try:
+        accounts = Accounts(engine)
+        accounts.set_role("tia", None, accounts.get("tia").updated_at)  # a team role only, as migration 0025 leaves
+    finally:
+        close_engine(engine)
+    reset = _run(["create-user", "tia", "--role", "operator", "--reset"], tmp_path, HAI_DATABASE_URL=url,
+                 HAI_NEW_PASSWORD="tia password 2")
+    assert reset.stdout == "user 'tia': password reset, role none -> operator\n", reset.stderr
+    assert _user(url, "tia")[0] == "operator"
