@@ -76,10 +76,6 @@ class OidcSettings:
         global_role = granted.pop(ALL_TEAMS, None)
         return Access.of(global_role, {team: role for team, role in granted.items() if role is not None})
 
-    def role_of(self, groups: Any) -> str | None:
-        """The highest role the ``groups`` grant anywhere; None when they grant none."""
-        return self.access_of(groups).highest
-
 
 @dataclass(frozen=True)
 class SignOn:

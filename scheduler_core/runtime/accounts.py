@@ -194,10 +194,6 @@ class Accounts:
         """Every team's id, in order."""
         return [team.id for team in self._teams.all()]
 
-    def access(self, name: str) -> Access:
-        user = self.get(name)
-        return Access.of(user.role if user is not None else None, self.grants(name) if user is not None else {})
-
     def set_grants(self, name: str, grants: Mapping[str, str], expected_updated_at: int,
                    keep_session: str | None = None) -> User:
         """``name``'s team roles become ``grants`` (team -> role); sessions end as for a role change."""

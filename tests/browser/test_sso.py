@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -41,12 +42,9 @@ def provider_and_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator
             yield provider, Dashboard(url, database_url, receiver, {}, process)
 
 
-@pytest.mark.parametrize("viewport", [{"width": 1280, "height": 900}, {"width": 390, "height": 844}],
-                         ids=["desktop", "phone"])
-def test_a_person_signs_on_lands_where_they_asked_and_signs_out_at_the_provider_too(
-        browser: Any, provider_and_dashboard: tuple[OidcProvider, Dashboard], shot: Screens,
-        viewport: dict[str, int]) -> None:
-    provider, dashboard = provider_and_dashboard
+@contextmanager
+def _page(browser: Any, viewport: dict[str, int]) -> Iterator[Any]:
+    """A fresh browser context's page; script errors and CSP violations fail the test."""
     context = browser.new_context(viewport=viewport)
     context.set_default_timeout(15_000)
     errors: list[str] = []
@@ -54,14 +52,31 @@ def test_a_person_signs_on_lands_where_they_asked_and_signs_out_at_the_provider_
     page.on("console", lambda message: errors.append(message.text) if message.type == "error"
             and not message.text.startswith("Failed to load resource") else None)
     try:
+        yield page
+    finally:
+        context.close()
+    assert not errors, f"the browser reported errors (CSP violations, script errors): {errors}"
+
+
+def _sign_in_at_the_provider(page: Any, provider: OidcProvider, who: str) -> None:
+    page.wait_for_url(re.compile(re.escape(provider.issuer) + r"/.*"))
+    page.locator("input[name=username]").fill(who)
+    page.locator("input[name=password]").fill("whatever")
+    page.get_by_role("button", name="Sign in").click()
+
+
+@pytest.mark.parametrize("viewport", [{"width": 1280, "height": 900}, {"width": 390, "height": 844}],
+                         ids=["desktop", "phone"])
+def test_a_person_signs_on_lands_where_they_asked_and_signs_out_at_the_provider_too(
+        browser: Any, provider_and_dashboard: tuple[OidcProvider, Dashboard], shot: Screens,
+        viewport: dict[str, int]) -> None:
+    provider, dashboard = provider_and_dashboard
+    with _page(browser, viewport) as page:
         page.goto(dashboard("/tasks/"))
         page.wait_for_url(re.compile(r".*/login\?next=.*"))
         shot(page, "sign-in")
         page.get_by_role("link", name="Sign in with Example ID").click()
-        page.wait_for_url(re.compile(re.escape(provider.issuer) + r"/.*"))
-        page.locator("input[name=username]").fill("alice")
-        page.locator("input[name=password]").fill("whatever")
-        page.get_by_role("button", name="Sign in").click()
+        _sign_in_at_the_provider(page, provider, "alice")
         page.wait_for_url(dashboard("/tasks/"))
         assert "alice" in page.content()
         shot(page, "signed-on")
@@ -73,33 +88,20 @@ def test_a_person_signs_on_lands_where_they_asked_and_signs_out_at_the_provider_
         page.get_by_role("link", name="Sign in with Example ID").click()
         page.wait_for_url(re.compile(re.escape(provider.issuer) + r"/.*"))
         assert page.locator("input[name=username]").count() == 1
-    finally:
-        context.close()
-    assert not errors, f"the browser reported errors (CSP violations, script errors): {errors}"
 
 
 def test_a_refused_person_can_sign_in_as_someone_else(
         browser: Any, provider_and_dashboard: tuple[OidcProvider, Dashboard], shot: Screens) -> None:
     provider, dashboard = provider_and_dashboard
-    context = browser.new_context(viewport={"width": 390, "height": 844})
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    try:
+    with _page(browser, {"width": 390, "height": 844}) as page:
         page.goto(dashboard("/login"))
         page.get_by_role("link", name="Sign in with Example ID").click()
-        page.locator("input[name=username]").fill("carol")
-        page.locator("input[name=password]").fill("whatever")
-        page.get_by_role("button", name="Sign in").click()
+        _sign_in_at_the_provider(page, provider, "carol")
         page.wait_for_url(re.compile(re.escape(dashboard("/login")) + r"$"))  # not left on the callback's address
         assert "grant no role" in page.get_by_role("alert").inner_text()
         assert page.locator("[aria-invalid]").count() == 0  # the password form is not what failed
         shot(page, "refused")
         page.get_by_role("link", name="Sign in as someone else").click()
-        page.wait_for_url(re.compile(re.escape(provider.issuer) + r"/.*"))
-        page.locator("input[name=username]").fill("alice")
-        page.locator("input[name=password]").fill("whatever")
-        page.get_by_role("button", name="Sign in").click()
+        _sign_in_at_the_provider(page, provider, "alice")
         page.wait_for_url(dashboard("/"))
         assert "alice" in page.content()
-    finally:
-        context.close()

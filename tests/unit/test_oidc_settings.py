@@ -37,13 +37,13 @@ def test_the_settings_and_their_defaults() -> None:
 
 def test_the_highest_role_the_groups_grant() -> None:
     settings = _oidc(HAI_OIDC_GROUP_ROLES="ops=default:operator\nplatform=*:admin\nreaders=default:viewer")
-    assert settings.role_of(["readers", "ops", "unrelated"]) == "operator"
-    assert settings.role_of(["platform", "readers"]) == "admin"
-    assert settings.role_of("readers") == "viewer"  # a provider that sends one group as a string
-    assert settings.role_of(["nobody"]) is None
-    assert settings.role_of(None) is None
-    assert settings.role_of({"ops": True}) is None  # not a list of names
-    assert settings.role_of([["ops"], 7]) is None
+    assert settings.access_of(["readers", "ops", "unrelated"]).highest == "operator"
+    assert settings.access_of(["platform", "readers"]).highest == "admin"
+    assert settings.access_of("readers").highest == "viewer"  # a provider that sends one group as a string
+    assert settings.access_of(["nobody"]).highest is None
+    assert settings.access_of(None).highest is None
+    assert settings.access_of({"ops": True}).highest is None  # not a list of names
+    assert settings.access_of([["ops"], 7]).highest is None
 
 
 def test_the_client_secret_by_reference_to_a_file(tmp_path: Path) -> None:
