@@ -51,8 +51,10 @@ class QueuedClaims:
             return
         if latest_queued == self._seen and (self._wake is None or now_ms < self._wake):
             return
-        rows = self.ctx.handoff.queued(QUEUED_BATCH)
+        # The next delayed start is read before the rows due: one whose start comes between the
+        # two reads is then among the rows or the wake, never in neither (left queued for good).
         self._wake = self.ctx.handoff.next_delayed()
+        rows = self.ctx.handoff.queued(QUEUED_BATCH)
         self._supersede(rows)
         runnable = [e for e in rows if self.runnable(e.task_id)]
         mine = _first_of_each_task([e for e in runnable if not self._held(e, now_ms)])

@@ -194,3 +194,33 @@ def test_a_jittered_one_waits_for_the_database_clock_across_a_jump(make_node: An
     done = wait_for_status(node, occurrence, "success", timeout=(delay - 6_000) / 1000)  # at least 6 s early
     (attempt,) = done.attempts
     assert attempt.started_at >= minute + delay and ran == [occurrence]
+
+
+def test_a_start_that_comes_between_the_scans_two_reads_is_not_forgotten(make_node: Any, engine: Engine,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan reads the rows due now, then when the next delayed start comes. A jittered row whose
+    start falls between those two reads was in neither: the node, seeing no newer row, must still
+    scan again and run it (CI once saw one left queued for good)."""
+    ran: list[str] = []
+    node = make_node(hooks={"on_task_execute": lambda event: ran.append(event.context.occurrence_id) or "ok"})
+    now = db_now(engine)
+    minute = now - now % MINUTE_MS
+    node.register(TaskDefinition(id="jit", name="jit", cron="* * * * *", jitter_ms=20_000,
+                                 calendar={"active_from_ms": minute, "active_until_ms": minute + MINUTE_MS}))
+    start = now + 30_000
+    claimer = ExecutionRepository(engine, "claimer", 60_000)
+    assert claimer.claim([_request("jit", minute, start)])[0].outcome == ClaimOutcome.WAITING
+    real_queued, moved = HandoffRepository.queued, []
+
+    def queued_then_its_start_comes(self: HandoffRepository, limit: int) -> list[Any]:
+        rows = real_queued(self, limit)
+        if not moved and not rows:  # it was not due: its start comes before the scan's next read
+            moved.append(True)
+            set_clock_offset(engine, clock_offset(engine) + start + 1_000 - db_now(engine))
+        return rows
+
+    monkeypatch.setattr(HandoffRepository, "queued", queued_then_its_start_comes)
+    node.start()
+    occurrence = cron_occurrence_id("jit", minute)
+    done = wait_for_status(node, occurrence, "success", timeout=15)
+    assert moved and ran == [occurrence] and done.attempts[0].started_at >= start
