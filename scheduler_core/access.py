@@ -1,7 +1,9 @@
 """What a user may do: a global role (every team; None: none) and a role per team (docs/teams.md).
 
 A user's role in a team is the higher of the two. ``teams(role)`` is the scope of what they may do
-with at least ``role``: None for every team (a global role that high), else the teams granting it.
+with at least ``role``: None for every team (a global role that high), else the teams granting it;
+``scope(role)`` is the same as a ``Scope``, the value the runtime's operations and the store's
+queries take (``EVERY_TEAM``: no filter, for the CLI and the host's Python).
 """
 
 from __future__ import annotations
@@ -22,6 +24,19 @@ def rank(role: str | None) -> int:
 def higher(*roles: str | None) -> str | None:
     best = max(roles, key=rank, default=None)
     return best if rank(best) >= 0 else None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The teams a caller may see (or act in); ``teams`` None: every team."""
+
+    teams: frozenset[str] | None = None
+
+    def allows(self, team: str | None) -> bool:
+        return self.teams is None or team in self.teams
+
+
+EVERY_TEAM = Scope()
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,10 @@ class Access:
         if rank(self.global_role) >= rank(role):
             return None
         return frozenset(team for team, granted in self.grants if rank(granted) >= rank(role))
+
+    def scope(self, role: str = "viewer") -> Scope:
+        """``teams(role)`` as a ``Scope``."""
+        return Scope(self.teams(role))
 
     @property
     def nothing(self) -> bool:

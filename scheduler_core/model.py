@@ -7,23 +7,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from scheduler_core.access import DEFAULT_TEAM
 from scheduler_core.cron import validate_cron, validate_timezone
 from scheduler_core.cron.expressions import MAX_CRON_LENGTH
 from scheduler_core.cron.jitter import check_jitter, jitter_delay
 from scheduler_core.errors import ConfigError
 from scheduler_core.masking import mask_values, masked_handler
-from scheduler_core.statuses import (
-    TERMINAL_STATUSES,
-    AttemptStatus,
-    ExecutionStatus,
-    LogPersistenceStatus,
-    Trigger,
-)
+from scheduler_core.statuses import TERMINAL_STATUSES, AttemptStatus, ExecutionStatus, LogPersistenceStatus, Trigger
 from scheduler_core.task_policies import Calendar, CatchupPolicy, OverlapPolicy, Pause, RetryPolicy
 from scheduler_core.task_schema import Section, TaskField, Widget, declare, task_fields
 from scheduler_core.validation import (
     GROUP_MAX,
     ID_MAX,
+    TEAM_MAX,
     check_bool,
     check_group,
     check_id,
@@ -32,6 +28,7 @@ from scheduler_core.validation import (
     check_optional_int,
     check_optional_text,
     check_params,
+    check_team,
     check_text,
 )
 
@@ -59,6 +56,9 @@ class TaskDefinition:
         "Cron expression", Widget.CRON, Section.SCHEDULE,
         "Five fields: minute hour day-of-month month day-of-week (e.g. 30 2 * * 1-5), or @daily, @hourly ...",
         max_length=MAX_CRON_LENGTH, example="30 2 * * 1-5", invalid="61 * * * *"))  # matched per minute on the DB clock
+    team: str = declare(TaskField(  # docs/teams.md; moving a task needs admin in both teams
+        "Team", Widget.TEAM, Section.TASK, "Its members see, run and change it, and its history.",
+        max_length=TEAM_MAX, example="ops", invalid="Not a team"), DEFAULT_TEAM)
     description: str | None = declare(TaskField("Description", Widget.TEXT, Section.TASK, max_length=DESCRIPTION_MAX,
                                                 example="Two lines\nof description",
                                                 invalid="x" * (DESCRIPTION_MAX + 1)), None)
@@ -139,16 +139,14 @@ class TaskDefinition:
         "Owner", Widget.LINE, Section.TASK, "The team or person operators contact about this task's runs "
         "(one line, e.g. team-billing (billing-oncall@example.com)); shown on the task's page.", max_length=OWNER_MAX,
         example="team-billing (billing-oncall@example.com)", invalid="line one\nline two"), None)
-    revision: int = declare(TaskField("Revision", Widget.STORED, Section.STORED, updatable=False),
-                            0)  # incremented by every change
+    revision: int = declare(TaskField("Revision", Widget.STORED, Section.STORED, updatable=False), 0)  # every change
     paused: Pause | None = declare(TaskField(  # set by Scheduler.pause, cleared by resume
         "Paused", Widget.STORED, Section.STORED, updatable=False), None)
     runs_counted: int = declare(TaskField(  # scheduled runs started since it was (re-)enabled, when max_runs is set
         "Scheduled runs counted", Widget.STORED, Section.STORED, updatable=False), 0)
     limit_reached_at: int | None = declare(TaskField(  # DB-clock ms: it disabled itself on reaching max_runs
         "Reached its max_runs", Widget.STORED, Section.STORED, updatable=False), None)
-    created_at: int | None = declare(TaskField("Created", Widget.STORED, Section.STORED, updatable=False),
-                                     None)  # DB-clock ms
+    created_at: int | None = declare(TaskField("Created", Widget.STORED, Section.STORED, updatable=False), None)
     updated_at: int | None = declare(TaskField(  # DB-clock ms; the version operators compare-and-set
         "Updated", Widget.STORED, Section.STORED, updatable=False), None)
 
@@ -228,6 +226,7 @@ def validate_task(task: TaskDefinition, handler_validator: Any = None, *, stored
     """Return the task normalised, or raise ConfigError / InvalidCronError naming the field.
     ``stored``: the task is read back from the database (the size cap on params is for writes)."""
     check_id(task.id, "id")
+    check_team(task.team, "team")
     name = declared_text(task, "name")
     assert name is not None  # a required field: declared_text refused None
     description = declared_text(task, "description")
@@ -376,9 +375,8 @@ class ExecutionLog:
         return cls(id=attempt.log_id, occurrence_id=execution.occurrence_id, task_id=execution.task_id,
                    trigger=execution.trigger, source=execution.source,
                    status=ExecutionStatus(status or attempt.status or ExecutionStatus.UNKNOWN),
-                   sequence=attempt.sequence,
-                   attempt=attempt.attempt, node_id=attempt.node_id, started_at=attempt.started_at,
-                   finished_at=finished,
+                   sequence=attempt.sequence, attempt=attempt.attempt, node_id=attempt.node_id,
+                   started_at=attempt.started_at, finished_at=finished,
                    duration_ms=None if finished is None else max(0, finished - attempt.started_at),
                    error=attempt.error, result=attempt.result, persistence=persistence)
 

@@ -27,6 +27,7 @@ class Widget(StrEnum):
     CRON = "cron"  # a cron expression, with its preview
     ZONE = "zone"  # an IANA time zone name
     GROUP = "group"  # a node group, suggested from the groups live nodes advertise
+    TEAM = "team"  # a team, chosen among those the user may create tasks in
     JSON = "json"  # a JSON object
     RETRY = "retry"  # a RetryPolicy: attempts and delays
     CATCHUP = "catchup"  # a CatchupPolicy: policy and window

@@ -1,7 +1,7 @@
 """``hai-scheduler tasks``: tasks as code (README, "Tasks as code").
 
   tasks apply FILE [--prune] [--dry-run] [--source NAME]   make the database match a YAML / JSON file
-  tasks export [FILE]                                     write every task as a file (secrets as ${ENV})
+  tasks export [FILE] [--team T]                          write a team's tasks as a file (secrets as ${ENV})
   tasks list                                              the tasks, one line each
   tasks trigger ID [--idempotency-key KEY]                run a task now on a live node
   tasks backfill ID --from T --to T [--tz ZONE] [--reason TEXT] [--dry-run]
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from scheduler_core.access import DEFAULT_TEAM
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.cron import validate_timezone
 from scheduler_core.db import close_engine, create_engine
@@ -33,7 +34,7 @@ from scheduler_core.runtime.task_files import export_tasks, read_task_file
 from scheduler_core.settings import Settings
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.task_files import TaskFileRepository
-from scheduler_core.validation import check_id, check_ms
+from scheduler_core.validation import check_id, check_ms, check_team
 
 
 def add_task_commands(commands: Any) -> None:
@@ -49,6 +50,8 @@ def add_task_commands(commands: Any) -> None:
     apply.set_defaults(handler=_apply)
     export = sub.add_parser("export", help="write every task as a task file; secrets as ${ENV_NAME} references")
     export.add_argument("file", metavar="FILE", nargs="?", help="default: standard output (YAML)")
+    export.add_argument("--team", metavar="TEAM", default=DEFAULT_TEAM,
+                        help=f"whose tasks the file holds (a file applies to one team; default {DEFAULT_TEAM})")
     export.set_defaults(handler=_export)
     listing = sub.add_parser("list", help="the stored tasks, one line each")
     listing.set_defaults(handler=_list)
@@ -112,15 +115,21 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
     with _scheduler(settings) as scheduler:
         stored = list(scheduler.refresh_tasks())
     as_json = bool(args.file) and str(args.file).lower().endswith(".json")
-    exported = export_tasks(stored, as_json)
+    team = check_team(args.team, "--team")
+    exported = export_tasks(stored, as_json, team)
+    others = sorted({task.team for task in stored if task.team != team})
+    stored = [task for task in stored if task.team == team]
     if args.file:
         try:
             Path(args.file).write_text(exported.text, encoding="utf-8")
         except OSError as exc:
             raise ConfigError("FILE", f"cannot write {args.file}: {exc.strerror or exc}") from None
-        print(f"exported {len(stored)} tasks to {args.file}", file=sys.stderr)
+        print(f"exported {len(stored)} tasks of team {team} to {args.file}", file=sys.stderr)
     else:
         sys.stdout.write(exported.text)
+    if others:
+        print(f"not in this file: the tasks of team {', '.join(others)} (a file applies to one team: "
+              "export each with --team)", file=sys.stderr)
     if exported.references:
         print("secrets are written as references; set these environment variables before tasks apply:",
               file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, NoReturn, TypeVar
@@ -22,6 +23,7 @@ S = TypeVar("S", bound=StrEnum)
 
 ID_MAX = 128  # task ids, occurrence ids, idempotency keys, sources, node ids, names
 GROUP_MAX = 64  # node groups
+TEAM_MAX = 64  # team ids (docs/teams.md)
 MAX_SAFE_INTEGER = 2**53 - 1  # what survives JSON and a BIGINT read as a double
 MAX_MS = MAX_SAFE_INTEGER  # unix milliseconds
 MAX_JSON_DEPTH = 32  # nesting of params, handlers, template variables
@@ -125,6 +127,17 @@ def check_group(value: Any, field: str, error: FieldError = ConfigError) -> str:
     check_id(value, field, error)
     if len(value) > GROUP_MAX:
         fail(error, field, f"must be at most {GROUP_MAX} characters (got {len(value)})")
+    return value  # type: ignore[no-any-return]
+
+
+_TEAM_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def check_team(value: Any, field: str, error: FieldError = ConfigError) -> str:
+    """A team id: lower-case letters, digits and ``-``, starting with a letter or digit, at most 64."""
+    check_text(value, field, TEAM_MAX, error)
+    if not _TEAM_ID.fullmatch(value):
+        fail(error, field, f"must be a team id: lower-case letters, digits and -, not first (got {shown(value)})")
     return value  # type: ignore[no-any-return]
 
 

@@ -50,7 +50,7 @@ def index() -> ResponseReturnValue:
     if not errors:
         try:
             page = execution.page(status, task_id, PAGE, before=request.args.get("before") or None,
-                                  after=request.args.get("after") or None)
+                                  after=request.args.get("after") or None, scope=g.user.access.scope())
         except ConfigError as exc:
             errors[exc.field] = exc.message
     fragment = wants_fragment()
@@ -61,13 +61,13 @@ def index() -> ResponseReturnValue:
     code = error_status() if errors else 200  # a fragment shows its errors itself
     if fragment:
         return render_template("executions/_rows.html", **context), code
-    return render_template("executions/index.html", running=execution.leases(), **context), code
+    return render_template("executions/index.html", running=execution.leases(g.user.access.scope()), **context), code
 
 
 @bp.get("/running")
 def running() -> ResponseReturnValue:
     """Executions running now with their owner and lease (refreshed every 5 s on the list page)."""
-    rows = scheduler_of(current_app).execution.leases()
+    rows = scheduler_of(current_app).execution.leases(g.user.access.scope())
     return render_template(page_or_fragment("executions/running.html", "executions/_running.html"), running=rows)
 
 
@@ -76,7 +76,7 @@ def detail(occurrence_id: str) -> ResponseReturnValue:
     """One execution: what it was, and the evidence of every attempt."""
     scheduler = scheduler_of(current_app)
     try:
-        execution = scheduler.execution.get(occurrence_id)
+        execution = scheduler.execution.get(occurrence_id, g.user.access.scope())
     except (ExecutionNotFoundError, ConfigError):
         abort(404, description=f"No execution {occurrence_id!r} in the journal.")
     holder = None
@@ -96,7 +96,8 @@ def _review_filters() -> dict[str, str | None]:
 def _unknown_page(errors: dict[str, dict[str, str]] | None = None) -> str:
     filters = _review_filters()
     try:
-        rows = scheduler_of(current_app).execution.unknown(filters["task"], filters["cause"], UNKNOWN_SHOWN)
+        rows = scheduler_of(current_app).execution.unknown(filters["task"], filters["cause"], UNKNOWN_SHOWN,
+                                                           g.user.access.scope())
     except ConfigError as exc:
         rows, errors = [], {**(errors or {}), "filter": _field_error(exc)}
         g.review_filter_refused = True
@@ -115,7 +116,8 @@ def bulk_preview() -> ResponseReturnValue:
     """How many unknown executions of the filter a bulk resolution would settle, and the form to do it."""
     filters = _review_filters()
     try:
-        preview = scheduler_of(current_app).execution.preview_bulk_resolve(filters["task"], filters["cause"])
+        preview = scheduler_of(current_app).execution.preview_bulk_resolve(  # what this user may resolve
+            filters["task"], filters["cause"], g.user.access.scope("operator"))
     except ConfigError as exc:
         return _bulk_page(BulkResolvePreview(None, None, 0, None, 0), _field_error(exc), filters), 400
     return _bulk_page(preview, {}, filters)
@@ -162,7 +164,8 @@ def bulk_resolve() -> ResponseReturnValue:
     if errors:
         return _bulk_page(preview, errors, filters), 400
     try:
-        result = scheduler_of(current_app).execution.bulk_resolve(preview, status, g.user.name, reason)
+        result = scheduler_of(current_app).execution.bulk_resolve(preview, status, g.user.name, reason,
+                                                                  g.user.access.scope("operator"))
     except ConfigError as exc:
         return _bulk_page(preview, _field_error(exc), filters), 400
     record_action("execution.bulk_resolve_unknown", "unknown executions",
@@ -184,15 +187,18 @@ def bulk_resolve() -> ResponseReturnValue:
 @require_role("operator")
 def resolve(occurrence_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
+    before = scheduler.execution.get(occurrence_id, g.user.access.scope())  # another team's: not found
     status = request.form.get("status", "")
     reason = request.form.get("reason", "").strip()
     expected = posted_version()
     errors = review_errors(status, RESOLUTIONS, reason, expected)
     if errors:
         return _unknown_page({occurrence_id: errors}), 400
-    before = scheduler.execution.get(occurrence_id)
     try:
-        after = scheduler.execution.resolve_unknown(occurrence_id, status, expected or 0, g.user.name, reason)
+        after = scheduler.execution.resolve_unknown(occurrence_id, status, expected or 0, g.user.name, reason,
+                                                    g.user.access.scope("operator"))
+    except ExecutionNotFoundError:  # seen, but not an operator of its team
+        abort(403, description="Resolving this execution needs the operator role in its task's team.")
     except ConflictError:
         flash("This execution changed since the page was loaded (someone else may have resolved it). "
               "Nothing was changed; review it again.", "error")

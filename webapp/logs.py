@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError, ExecutionNotFoundError, LogPersistFailedError
@@ -123,7 +123,8 @@ def index() -> ResponseReturnValue:
         try:
             page = scheduler_of(current_app).execution.log_page(
                 query.task_id, query.status, query.source, query.since, query.until, PAGE,
-                before=request.args.get("before") or None, after=request.args.get("after") or None)
+                before=request.args.get("before") or None, after=request.args.get("after") or None,
+                scope=g.user.access.scope())
         except ConfigError as exc:
             query.errors[exc.field] = exc.message
     fragment = wants_fragment()
@@ -136,7 +137,7 @@ def index() -> ResponseReturnValue:
 
 @bp.get("/entry/<log_id>")
 def detail(log_id: str) -> ResponseReturnValue:
-    log = scheduler_of(current_app).execution.log(log_id)
+    log = scheduler_of(current_app).execution.log(log_id, g.user.access.scope())
     if log is None:
         abort(404, description=f"No log row {log_id!r} (pruned, or not projected yet).")
     return render_template("logs/detail.html", log=log, error=mask_text(log.error), result=shown_result(log.result))
@@ -145,9 +146,10 @@ def detail(log_id: str) -> ResponseReturnValue:
 @bp.get("/failures")
 def failures() -> ResponseReturnValue:
     execution = scheduler_of(current_app).execution
-    rows = execution.list_log_failures(FAILURES_SHOWN, 0)
+    scope = g.user.access.scope()
+    rows = execution.list_log_failures(FAILURES_SHOWN, 0, scope)
     return render_template(page_or_fragment("logs/failures.html", "logs/_failures_rows.html"), rows=rows,
-                           count=execution.log_failure_count())
+                           count=execution.log_failure_count(scope=scope))
 
 
 @bp.post("/failures/<occurrence_id>/repair")
@@ -155,7 +157,7 @@ def failures() -> ResponseReturnValue:
 def repair(occurrence_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     try:
-        result = scheduler.execution.repair_log(occurrence_id)
+        result = scheduler.execution.repair_log(occurrence_id, g.user.access.scope("operator"))
     except ExecutionNotFoundError:
         flash(f"There is no execution {occurrence_id}. Nothing was changed.", "error")
         return redirect(url_for("logs.failures"), 303)
@@ -176,8 +178,9 @@ def repair(occurrence_id: str) -> ResponseReturnValue:
 @require_role("operator")
 def repair_all() -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    before = scheduler.execution.log_failure_count()
-    result = scheduler.execution.repair_all(REPAIR_ALL_ROUNDS)
+    scope = g.user.access.scope("operator")
+    before = scheduler.execution.log_failure_count(scope=scope)
+    result = scheduler.execution.repair_all(REPAIR_ALL_ROUNDS, scope)
     record_action("log.repair_all", "log failures", before={"pending": before.label},
                   after={"repaired": result.repaired, "failed": result.failed, "remaining": result.remaining.label,
                          "rounds": result.rounds})

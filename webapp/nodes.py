@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from flask import Blueprint, current_app, render_template
+from flask import Blueprint, current_app, g, render_template
 from flask.typing import ResponseReturnValue
 
 from webapp.node import reach_of, scheduler_of
@@ -16,7 +16,7 @@ bp = Blueprint("nodes", __name__, url_prefix="/nodes")
 def index() -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     leases = defaultdict(list)
-    for execution in scheduler.execution.leases():
+    for execution in scheduler.execution.leases(g.user.access.scope()):
         leases[execution.owner_node or "?"].append(execution)
     return render_template("nodes/index.html", nodes=scheduler.nodes(), leases=leases,
                            cluster=reach_of(current_app).alerts.watch_idle(),

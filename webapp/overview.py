@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flask import Blueprint, current_app, render_template, url_for
+from flask import Blueprint, current_app, g, render_template, url_for
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.runtime.execution_operations import COUNT_CAP, HourBucket
@@ -62,12 +62,13 @@ def chart(buckets: list[HourBucket]) -> dict[str, Any]:
 
 def _counters() -> dict[str, Any]:
     scheduler = scheduler_of(current_app)
-    overview = scheduler.execution.overview()
+    scope = g.user.access.scope()
+    overview = scheduler.execution.overview(scope=scope)
     reach = reach_of(current_app)
     queue = reach.queue.counts(cap=COUNT_CAP)
     alerts = reach.alerts.counts(WINDOW_HOURS)
     return {
-        "recent": scheduler.execution.recent(WINDOW_HOURS, RECENT_FAILURES), "window_hours": WINDOW_HOURS,
+        "recent": scheduler.execution.recent(WINDOW_HOURS, RECENT_FAILURES, scope=scope), "window_hours": WINDOW_HOURS,
         "alive_within_s": 3 * scheduler.config.heartbeat_interval_ms // 1000,
         "overview": overview, "statuses": tuple(ExecutionStatus), "dead": queue.get("dead", 0),
         "cluster": reach.alerts.watch_idle(),
@@ -84,7 +85,7 @@ def _counters() -> dict[str, Any]:
 
 
 def _chart() -> dict[str, Any]:
-    return {"chart": chart(scheduler_of(current_app).execution.hourly(CHART_HOURS))}
+    return {"chart": chart(scheduler_of(current_app).execution.hourly(CHART_HOURS, g.user.access.scope()))}
 
 
 @bp.get("/")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, current_app, render_template, request
+from flask import Blueprint, current_app, g, render_template, request
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError
@@ -34,7 +34,8 @@ def index() -> ResponseReturnValue:
     try:
         grid = scheduler_of(current_app).task_ops.grid(query, TASKS_PER_PAGE, RUNS,
                                                        after=request.args.get("after") or None,
-                                                       before=request.args.get("before") or None)
+                                                       before=request.args.get("before") or None,
+                                                       scope=g.user.access.scope())
     except ConfigError as exc:
         context.update(grid=None, error=exc.message.removeprefix(f"{exc.field}: "))
         return shown_again(render_template("runs/_grid.html" if wants_fragment() else "runs/index.html", **context))

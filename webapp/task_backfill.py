@@ -19,6 +19,7 @@ from scheduler_core.runtime.backfill import BACKFILL_MAX, REASON_MAX, BackfillRe
 from webapp.auth import require_role
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
+from webapp.team_scope import task_for
 from webapp.timefmt import wall_ms
 
 bp = Blueprint("backfill", __name__, url_prefix="/tasks")
@@ -29,7 +30,7 @@ _FORM_FIELD = {"start_ms": "start", "end_ms": "end", "reason": "reason", "task_i
 @bp.get("/backfill/<path:task_id>")
 @require_role("operator")
 def form(task_id: str) -> ResponseReturnValue:
-    task = scheduler_of(current_app).task_ops.get(task_id)
+    task = task_for(g.user.access, task_id, "operator")
     return _page(task, {}, {"tz": task.timezone}, None)
 
 
@@ -37,7 +38,7 @@ def form(task_id: str) -> ResponseReturnValue:
 @require_role("operator")
 def submit(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    task = scheduler.task_ops.get(task_id)
+    task = task_for(g.user.access, task_id, "operator")
     typed = {name: request.form.get(name, "").strip() for name in FIELDS}
     action = request.form.get("action", "")
     if action not in ("preview", "queue"):  # the form's two buttons (and its live preview) say which

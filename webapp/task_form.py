@@ -194,6 +194,8 @@ class TaskForm:
             return text
         if widget in (Widget.TEXT, Widget.GROUP):
             return text.strip() or None
+        if widget is Widget.TEAM:  # a select; left out (an old page): its team, or the default one
+            return text.strip() or (stored.team if stored is not None else declared.default)
         if widget is Widget.COUNT:  # empty: none; the core checks the range
             number = whole_number(text.strip()) if text.strip() else None
             if text.strip() and number is None:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import available_timezones
 
-from flask import current_app, render_template, request
+from flask import current_app, g, render_template, request
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.cron import dst_note
@@ -29,6 +29,7 @@ from webapp.duration_chart import RUNS, duration_chart
 from webapp.htmx import shown_again, wants_fragment
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, METHODS, SECTIONS, TaskForm, cron_error
+from webapp.team_scope import team_choices
 
 HISTORY_PAGE = 25
 
@@ -75,7 +76,8 @@ def render_form(form: TaskForm, task: TaskDefinition | None, status: int = 200) 
     # ``form`` is a stored task masked (TaskForm.from_task) or what this request posted: shown as it
     # is, so a secret just typed survives an error and a stored one is never sent.
     ops = scheduler_of(current_app).task_ops
-    return render_template("tasks/form.html", form=form, task=task, sections=SECTIONS, methods=METHODS,
+    teams = team_choices(g.user.access, task.team if task is not None else None)
+    return render_template("tasks/form.html", form=form, task=task, sections=SECTIONS, methods=METHODS, teams=teams,
                            zones=_zone_names(), live_groups=ops.live_groups(), catchup_window_max=CATCHUP_WINDOW_MAX_MS,
                            **schedule_preview(form.values["cron"], form.values["timezone"], form.values)), status
 
@@ -93,15 +95,16 @@ def _zone_names() -> list[str]:
 def render_detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str, str]) -> str:
     scheduler = scheduler_of(current_app)
     ops = scheduler.task_ops
-    history = ops.occurrences(task.id, HISTORY_PAGE, request.args.get("before") or None)
+    history = ops.occurrences(task.id, HISTORY_PAGE, request.args.get("before") or None, task.team)
     state = ops.state(task.id)
     blocker = scheduler.execution.get(state.blocked_by).status if state.blocked_by else None
     definition = task.masked()
     code = definition["handler"].pop("code", None) if definition["handler"] else None
     next_runs = ops.next_runs(task)
+    recent = ops.occurrences(task.id, RUNS, None, task.team).rows
     return render_template("tasks/detail.html", task=task, definition=definition, code=code, next_runs=next_runs,
                            run_notes=[dst_note(task.cron, task.timezone, ms) for ms in next_runs],
                            history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
                            log_links=log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker,
                            counts=ops.schedule_counts(task.id),
-                           durations=duration_chart([RecentRun.of(e) for e in ops.occurrences(task.id, RUNS).rows]))
+                           durations=duration_chart([RecentRun.of(e) for e in recent]))

@@ -38,6 +38,7 @@ from webapp.node import scheduler_of
 from webapp.pause_form import pause_end
 from webapp.task_form import CODE_KINDS, CODE_REFUSED, TaskForm
 from webapp.task_pages import HISTORY_PAGE, log_links, render_detail, render_form, schedule_preview, search_error
+from webapp.team_scope import check_placement, task_for, team_choices
 
 bp = Blueprint("tasks", __name__, url_prefix="/tasks")
 PAGE = 50
@@ -96,7 +97,8 @@ def index() -> ResponseReturnValue:
     before = request.args.get("before") or None
     context: dict[str, Any] = {"q": query, "fields": SEARCH_FIELDS, "statuses": SEARCH_STATUSES}
     try:
-        page = scheduler_of(current_app).task_ops.search(query, PAGE, after=after, before=before)
+        page = scheduler_of(current_app).task_ops.search(query, PAGE, after=after, before=before,
+                                                         scope=g.user.access.scope())
     except ConfigError as exc:
         return search_error(context, exc)
     context.update(page=page, error=None)
@@ -122,7 +124,10 @@ def cron_preview() -> ResponseReturnValue:
 @bp.get("/new")
 @require_role("admin")
 def new() -> ResponseReturnValue:
-    return render_form(TaskForm.blank(), None)
+    form, teams = TaskForm.blank(), team_choices(g.user.access)
+    if teams and form.values["team"] not in teams:  # an admin of other teams only: their first
+        form.values["team"] = teams[0]
+    return render_form(form, None)
 
 
 @bp.post("/new")
@@ -134,6 +139,7 @@ def create() -> ResponseReturnValue:
     if definition is None:
         return render_form(form, None, 400)
     try:
+        check_placement(g.user.access, definition.team)
         stored = scheduler.register(definition)
     except (ConfigError, InvalidCronError, TaskAlreadyExistsError) as exc:
         form.fail(exc)
@@ -146,7 +152,7 @@ def create() -> ResponseReturnValue:
 @bp.get("/edit/<path:task_id>")
 @require_role("admin")
 def edit(task_id: str) -> ResponseReturnValue:
-    task = scheduler_of(current_app).task_ops.get(task_id)
+    task = task_for(g.user.access, task_id, "admin")
     if task.handler_kind in CODE_KINDS:
         flash(f"{task.handler_kind} tasks are read-only here: what they run (code or a program) is defined in the "
               "application or a task file.", "info")
@@ -158,7 +164,7 @@ def edit(task_id: str) -> ResponseReturnValue:
 @require_role("admin")
 def update(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    current = scheduler.task_ops.get(task_id)
+    current = task_for(g.user.access, task_id, "admin")
     form = TaskForm.from_request(request.form)
     if current.handler_kind in CODE_KINDS:
         form.errors["kind"] = CODE_REFUSED
@@ -171,6 +177,8 @@ def update(task_id: str) -> ResponseReturnValue:
         return render_form(form, current, 400)
     changes = {name: getattr(definition, name) for name in UPDATABLE_FIELDS}
     try:
+        if definition.team != current.team:  # a move: an admin of both teams
+            check_placement(g.user.access, definition.team)
         stored = scheduler.update_task(task_id, expected_updated_at=expected, **changes)
     except ConflictError:
         flash(CONFLICT, "error")
@@ -200,7 +208,7 @@ def disable(task_id: str) -> ResponseReturnValue:
 
 def _set_enabled(task_id: str, enabled: bool) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    current = scheduler.task_ops.get(task_id)
+    current = task_for(g.user.access, task_id, "admin")
     expected = posted_version()
     if expected is None:
         abort(400, "The form is missing the task's version; reload the page.")
@@ -218,14 +226,14 @@ def _set_enabled(task_id: str, enabled: bool) -> ResponseReturnValue:
 @bp.get("/delete/<path:task_id>")
 @require_role("admin")
 def confirm_delete(task_id: str) -> ResponseReturnValue:
-    return render_template("tasks/delete.html", task=scheduler_of(current_app).task_ops.get(task_id))
+    return render_template("tasks/delete.html", task=task_for(g.user.access, task_id, "admin"))
 
 
 @bp.post("/delete/<path:task_id>")
 @require_role("admin")
 def delete(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    task = scheduler.task_ops.get(task_id)
+    task = task_for(g.user.access, task_id, "admin")
     expected = posted_version()
     if expected is None:
         return render_template("tasks/delete.html", task=task,
@@ -247,7 +255,7 @@ def delete(task_id: str) -> ResponseReturnValue:
 @require_role("operator")
 def trigger(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    task = scheduler.task_ops.get(task_id)
+    task = task_for(g.user.access, task_id, "operator")
     key = request.form.get("idempotency_key", "").strip() or None
     source = request.form.get("source", "").strip() or f"dashboard:{g.user.name}"
     existed = scheduler.repeated_occurrence(task_id, key) is not None
@@ -271,7 +279,7 @@ def trigger(task_id: str) -> ResponseReturnValue:
 @require_role("operator")
 def rerun(task_id: str, occurrence_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    scheduler.task_ops.get(task_id)
+    task_for(g.user.access, task_id, "operator")
     try:
         original = scheduler.execution.get(occurrence_id)
     except ExecutionNotFoundError:
@@ -306,7 +314,7 @@ def _flash_started(task_id: str, occurrence: str, status: ExecutionStatus, reaso
 @require_role("operator")
 def pause(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    task = scheduler.task_ops.get(task_id)
+    task = task_for(g.user.access, task_id, "operator")
     if scheduler.task_ops.state(task_id).state == "paused":  # a stale page: its form is gone, so are its errors
         flash(f"Task {task_id} is already paused; resume it first to pause it with another reason.", "info")
         return redirect(url_for("tasks.detail", task_id=task_id), 303)
@@ -333,7 +341,7 @@ def pause(task_id: str) -> ResponseReturnValue:
 @require_role("operator")
 def resume(task_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    before = scheduler.task_ops.get(task_id)
+    before = task_for(g.user.access, task_id, "operator")
     resumed = scheduler.resume(task_id, by=g.user.name)
     was = before.paused
     _audit("task.resume", task_id, before={"paused_by": was.by, "reason": was.reason} if was else {"paused": None},
@@ -347,7 +355,7 @@ def resume(task_id: str) -> ResponseReturnValue:
 
 @bp.get("/view/<path:task_id>")
 def detail(task_id: str) -> ResponseReturnValue:
-    task = scheduler_of(current_app).task_ops.get(task_id)
+    task = task_for(g.user.access, task_id)
     if wants_fragment():
         return occurrences(task_id)
     return render_detail(task, {}, {})
@@ -358,9 +366,9 @@ def occurrences(task_id: str) -> ResponseReturnValue:
     """The history fragment (re-fetched every 5 s while one of its rows is running); opened
     directly (a copied link, the browser's history), the task's page that holds it."""
     ops = scheduler_of(current_app).task_ops
-    task = ops.get(task_id)
+    task = task_for(g.user.access, task_id)
     before = request.args.get("before") or None
     if not wants_fragment():
         return redirect(url_for("tasks.detail", task_id=task_id, before=before))
-    return render_template("tasks/_occurrences.html", task=task, history=ops.occurrences(task_id, HISTORY_PAGE, before),
-                           before=before, log_links=log_links())
+    history = ops.occurrences(task_id, HISTORY_PAGE, before, task.team)
+    return render_template("tasks/_occurrences.html", task=task, history=history, before=before, log_links=log_links())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Blueprint, current_app, render_template, request
+from flask import Blueprint, current_app, g, render_template, request
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.errors import ConfigError
@@ -31,7 +31,8 @@ def index() -> ResponseReturnValue:
     filters = {"group": args.get("group", ""), "q": args.get("q", "")}
     try:
         numbers = {name: _number(args.get(name), name) for name in _NAMES}
-        stored = scheduler.refresh_tasks(if_changed=True)  # the node's snapshot, unless a task changed since
+        scope = g.user.access.scope()  # the node's snapshot, unless a task changed since; the user's teams'
+        stored = [task for task in scheduler.refresh_tasks(if_changed=True) if scope.allows(task.team)]
         shown = timeline(stored, now, hours=_or(numbers["hours"], 24), start_ms=numbers["start"],
                          group=filters["group"] or None, search=filters["q"], page=_or(numbers["page"], 1))
     except ConfigError as exc:

@@ -27,7 +27,7 @@ from scheduler_core.access import Access
 from scheduler_core.errors import ConfigError
 from scheduler_core.statuses import ROLES
 from scheduler_core.store.logins import FailureCounts, LoginFailureRepository, SessionRepository, SessionUser
-from scheduler_core.store.teams import TeamRepository
+from scheduler_core.store.teams import Team, TeamRepository
 from scheduler_core.store.users import (
     AuditEntry,
     AuditRepository,
@@ -43,9 +43,12 @@ from scheduler_core.validation import (
     check_ms,
     check_optional_text,
     check_page,
+    check_team,
     check_text,
     shown,
 )
+
+TEAM_NAME_MAX = 255  # a team's display name (teams.name)
 
 __all__ = [
     "MIN_PASSWORD",
@@ -193,6 +196,14 @@ class Accounts:
     def teams(self) -> list[str]:
         """Every team's id, in order."""
         return [team.id for team in self._teams.all()]
+
+    def create_team(self, team_id: str, name: str | None = None) -> Team:
+        """A new team (docs/teams.md): its id (``check_team``) and a display name (default: the id)."""
+        check_team(team_id, "team")
+        typed = name if name is not None else team_id
+        shown_name = check_text(typed.strip() if isinstance(typed, str) else typed, "name", TEAM_NAME_MAX,
+                                single_line=True)
+        return self._teams.create(team_id, shown_name)
 
     def set_grants(self, name: str, grants: Mapping[str, str], expected_updated_at: int,
                    keep_session: str | None = None) -> User:

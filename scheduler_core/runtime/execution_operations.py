@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.config import SchedulerConfig
 from scheduler_core.db.outage import Backoff
 from scheduler_core.errors import ConfigError, ConflictError, ExecutionNotFoundError, LogPersistFailedError
@@ -143,15 +144,18 @@ class ExecutionOperations:
         self._context()  # NOT_INITIALIZED before init(), like every operator call
         return self._queries
 
-    def get(self, occurrence_id: str) -> Execution:
+    def get(self, occurrence_id: str, scope: Scope = EVERY_TEAM) -> Execution:
+        """One journal row; ExecutionNotFoundError when absent or of a team outside ``scope``
+        (the same answer: docs/teams.md)."""
         check_id(occurrence_id, "occurrence_id")
         execution = self._context().executions.get(occurrence_id)
-        if execution is None:
+        if execution is None or (scope.teams is not None and not self._journal().in_scope(occurrence_id, scope)):
             raise ExecutionNotFoundError(f"execution {occurrence_id!r} not found", occurrence_id=occurrence_id)
         return execution
 
     def page(self, status: str | None = None, task_id: str | None = None, limit: int = 50,
-             before: Cursor | str | None = None, after: Cursor | str | None = None) -> KeysetPage[Execution]:
+             before: Cursor | str | None = None, after: Cursor | str | None = None,
+             scope: Scope = EVERY_TEAM) -> KeysetPage[Execution]:
         """Journal rows newest first by (created_at, occurrence_id), one keyset page.
 
         ``before``: the ``older`` cursor of the page on screen (next, older page); ``after``: its
@@ -161,11 +165,12 @@ class ExecutionOperations:
         check_optional_id(task_id, "task_id")
         check_int(limit, "limit", 1, PAGE_LIMIT)
         older, newer = _check_cursors(before, after)
-        return self._journal().execution_page(status, task_id, limit, older, newer)
+        return self._journal().execution_page(status, task_id, limit, older, newer, scope)
 
     def log_page(self, task_id: str | None = None, status: str | None = None, trigger_source: str | None = None,
                  started_after: int | None = None, started_before: int | None = None, limit: int = 50,
-                 before: Cursor | str | None = None, after: Cursor | str | None = None) -> KeysetPage[ExecutionLog]:
+                 before: Cursor | str | None = None, after: Cursor | str | None = None,
+                 scope: Scope = EVERY_TEAM) -> KeysetPage[ExecutionLog]:
         """Log rows newest first by (started_at, id), filtered, one keyset page.
 
         ``started_after`` is inclusive, ``started_before`` exclusive (unix ms).
@@ -173,50 +178,53 @@ class ExecutionOperations:
         where = check_log_filter(task_id, status, trigger_source, started_after, started_before)
         check_int(limit, "limit", 1, PAGE_LIMIT)
         older, newer = _check_cursors(before, after)
-        return self._journal().log_page(where, limit, older, newer)
+        return self._journal().log_page(where, limit, older, newer, scope)
 
-    def log(self, log_id: str) -> ExecutionLog | None:
-        """One log row by its id (the attempt's UUID); None when absent (pruned, or never projected)."""
+    def log(self, log_id: str, scope: Scope = EVERY_TEAM) -> ExecutionLog | None:
+        """One log row by its id (the attempt's UUID); None when absent (pruned, or never
+        projected) or of a team outside ``scope``."""
         check_id(log_id, "log_id")
-        return self._journal().log(log_id)
+        return self._journal().log(log_id, scope)
 
     def now_ms(self) -> int:
         """The database clock now (unix ms): what a page's relative times ("3 s ago") count from."""
         return self._journal().now_ms()
 
-    def log_failure_count(self, cap: int = COUNT_CAP) -> BoundedCount:
+    def log_failure_count(self, cap: int = COUNT_CAP, scope: Scope = EVERY_TEAM) -> BoundedCount:
         """Journal rows whose log projection is pending, counted up to ``cap``."""
         check_int(cap, "cap", 1, 1_000_000)
-        return self._journal().log_failure_count(cap)
+        return self._journal().log_failure_count(cap, scope)
 
-    def overview(self, cap: int = COUNT_CAP) -> Overview:
-        """Bounded counts for the overview page: each reads at most ``cap + 1`` index entries."""
+    def overview(self, cap: int = COUNT_CAP, scope: Scope = EVERY_TEAM) -> Overview:
+        """Bounded counts for the overview page (``scope``'s teams): each reads at most ``cap + 1`` index entries."""
         check_int(cap, "cap", 1, 1_000_000)
         journal = self._journal()
         alive_within = 3 * self._config.heartbeat_interval_ms
-        return Overview(journal.status_counts(tuple(ExecutionStatus), cap), journal.log_failure_count(cap),
-                        journal.task_count(), journal.nodes_alive(alive_within))
+        return Overview(journal.status_counts(tuple(ExecutionStatus), cap, scope),
+                        journal.log_failure_count(cap, scope), journal.task_count(scope),
+                        journal.nodes_alive(alive_within))
 
-    def recent(self, hours: int = 24, failures: int = 10, cap: int = COUNT_CAP) -> RecentActivity:
+    def recent(self, hours: int = 24, failures: int = 10, cap: int = COUNT_CAP,
+               scope: Scope = EVERY_TEAM) -> RecentActivity:
         """What happened in the last ``hours`` hours: bounded counts per status of the rows created
         in the window, and its ``failures`` newest failures (failed, interrupted, unknown)."""
         check_int(hours, "hours", 1, 168)
         check_int(failures, "failures", 0, PAGE_LIMIT)
         check_int(cap, "cap", 1, 1_000_000)
         journal = self._journal()
-        since, counts = journal.window_counts(tuple(ExecutionStatus), hours * 3_600_000, cap)
-        newest = journal.newest_of(FAILURE_STATUSES, since, failures) if failures else []
+        since, counts = journal.window_counts(tuple(ExecutionStatus), hours * 3_600_000, cap, scope)
+        newest = journal.newest_of(FAILURE_STATUSES, since, failures, scope) if failures else []
         return RecentActivity(hours, since, counts, newest)
 
-    def hourly(self, hours: int = 24) -> list[HourBucket]:
+    def hourly(self, hours: int = 24, scope: Scope = EVERY_TEAM) -> list[HourBucket]:
         """Executions and failures (failed, interrupted, unknown) per hour of the DB clock,
         oldest first, the current hour last; hours without executions count zero."""
         check_int(hours, "hours", 1, 168)
-        return self._journal().hourly(hours)
+        return self._journal().hourly(hours, scope)
 
-    def leases(self) -> list[Execution]:
-        """Running executions with their owner node and lease deadline."""
-        return self._context().executions.running()
+    def leases(self, scope: Scope = EVERY_TEAM) -> list[Execution]:
+        """Running executions (of ``scope``'s teams) with their owner node and lease deadline."""
+        return self._journal().running(scope)
 
     def counts(self) -> dict[str, int]:
         """Journal rows per status."""
@@ -226,21 +234,24 @@ class ExecutionOperations:
         check_page(limit, offset)
         return self._context().executions.list_by_status(ExecutionStatus.UNKNOWN, limit, offset)
 
-    def unknown(self, task_id: str | None = None, reason: str | None = None, limit: int = 100) -> list[Execution]:
+    def unknown(self, task_id: str | None = None, reason: str | None = None, limit: int = 100,
+                scope: Scope = EVERY_TEAM) -> list[Execution]:
         """Unknown executions (optionally of one task, one reason), the longest-waiting first."""
-        return self._review.unknown(task_id, reason, limit)
+        return self._review.unknown(task_id, reason, limit, scope)
 
-    def preview_bulk_resolve(self, task_id: str | None = None, reason: str | None = None) -> BulkResolvePreview:
+    def preview_bulk_resolve(self, task_id: str | None = None, reason: str | None = None,
+                             scope: Scope = EVERY_TEAM) -> BulkResolvePreview:
         """Capture and count the unknown executions a bulk resolution of this filter would settle."""
-        return self._review.preview_bulk_resolve(task_id, reason)
+        return self._review.preview_bulk_resolve(task_id, reason, scope)
 
     def bulk_resolve(self, preview: BulkResolvePreview, status: str, resolved_by: str | None,
-                     reason: str) -> BulkResolveResult:
+                     reason: str, scope: Scope = EVERY_TEAM) -> BulkResolveResult:
         """Resolve exactly the previewed set (scheduler_core/runtime/unknown_review.py)."""
-        return self._review.bulk_resolve(preview, status, resolved_by, reason)
+        return self._review.bulk_resolve(preview, status, resolved_by, reason, scope)
 
     def resolve_unknown(self, occurrence_id: str, status: str, expected_updated_at: int,
-                        resolved_by: str | None = None, reason: str | None = None) -> Execution:
+                        resolved_by: str | None = None, reason: str | None = None,
+                        scope: Scope = EVERY_TEAM) -> Execution:
         """Settle an unknown execution as success or discarded (compare-and-set on updated_at)
         and release its task's slot. Exactly one of concurrent resolutions wins."""
         check_id(occurrence_id, "occurrence_id")
@@ -248,7 +259,7 @@ class ExecutionOperations:
         check_ms(expected_updated_at, "expected_updated_at")
         check_optional_text(resolved_by, "resolved_by", ID_MAX, single_line=True)
         check_optional_text(reason, "reason", REASON_MAX)
-        execution = self.get(occurrence_id)
+        execution = self.get(occurrence_id, scope)
         if execution.status != ExecutionStatus.UNKNOWN:
             raise ConflictError(f"execution {occurrence_id!r} is {execution.status}, not unknown",
                                 occurrence_id=occurrence_id)
@@ -284,19 +295,19 @@ class ExecutionOperations:
                     raise error from exc
             _pause(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
-    def list_log_failures(self, limit: int = 50, offset: int = 0) -> list[Execution]:
+    def list_log_failures(self, limit: int = 50, offset: int = 0, scope: Scope = EVERY_TEAM) -> list[Execution]:
         check_page(limit, offset)
-        return self._context().executions.list_log_failures(limit, offset)
+        return self._journal().log_failures(limit, offset, scope)
 
-    def repair_log(self, occurrence_id: str) -> RepairResult:
+    def repair_log(self, occurrence_id: str, scope: Scope = EVERY_TEAM) -> RepairResult:
         """Project a ``pending`` journal entry into the log table (safe on any node, concurrently)."""
-        execution = self.get(occurrence_id)
+        execution = self.get(occurrence_id, scope)
         if execution.log_persistence != LogPersistenceStatus.PENDING:
             return RepairResult(occurrence_id, execution.log_persistence, False)
         repaired = self._context().logs.project(execution)
         return RepairResult(occurrence_id, self.get(occurrence_id).log_persistence, repaired)
 
-    def repair_all(self, max_rounds: int = 100) -> RepairAllResult:
+    def repair_all(self, max_rounds: int = 100, scope: Scope = EVERY_TEAM) -> RepairAllResult:
         """Drain the log failures: repair a round read at offset 0, then read offset 0 again.
 
         Offset 0 every round, because each repair removes its row from the list. Stops when
@@ -309,14 +320,14 @@ class ExecutionOperations:
         repaired = rounds = 0
         failed: set[str] = set()
         while rounds < max_rounds:
-            batch = self.list_log_failures(REPAIR_ROUND, 0)
+            batch = self.list_log_failures(REPAIR_ROUND, 0, scope)
             if not batch:
                 break
             rounds += 1
             done = 0
             for execution in batch:
                 try:
-                    done += self.repair_log(execution.occurrence_id).repaired
+                    done += self.repair_log(execution.occurrence_id, scope).repaired
                 except (LogPersistFailedError, ExecutionNotFoundError) as exc:
                     if execution.occurrence_id not in failed:
                         logger.warning("log repair of %s failed: %s", execution.occurrence_id, exc)
@@ -324,7 +335,7 @@ class ExecutionOperations:
             repaired += done
             if done == 0:
                 break
-        return RepairAllResult(repaired, len(failed), self.log_failure_count(), rounds)
+        return RepairAllResult(repaired, len(failed), self.log_failure_count(scope=scope), rounds)
 
 
 def _resolved_as(execution: Execution, verdict: str, resolved_by: str | None, reason: str | None) -> bool:

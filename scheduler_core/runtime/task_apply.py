@@ -3,8 +3,8 @@ application, one transaction per task, each a compare-and-set on the ``updated_a
 
 - create: a task the database does not have; stored marked ``managed_by`` the file's source;
 - update: a stored task whose declared fields differ (pause state and ``managed_by`` are kept);
-- delete (``--prune`` only): a task of this source the file no longer lists; a task made on the
-  dashboard or by another source is never deleted;
+- delete (``--prune`` only): a task of this source and of the file's team that the file no longer
+  lists; a task made on the dashboard, by another source or in another team is never deleted;
 - unchanged: the same definition (``TaskDefinition.same_definition``): a second apply writes nothing.
 """
 
@@ -123,7 +123,8 @@ def plan(scheduler: Scheduler, task_file: TaskFile, source: str, prune: bool) ->
             steps.append(Step(Change.UPDATE, wanted.id, wanted, current, _changed_fields(current, wanted)))
     if prune:
         listed = {task.id for task in task_file.tasks}
-        for task_id in sorted(i for i, s in managed.items() if s == source and i not in listed and i in stored):
+        ours = {i for i, task in stored.items() if task.team == task_file.team}
+        for task_id in sorted(i for i, s in managed.items() if s == source and i not in listed and i in ours):
             steps.append(Step(Change.DELETE, task_id, None, stored[task_id]))
     return Plan(source, tuple(steps))
 

@@ -1,8 +1,9 @@
 """Task files (``hai-scheduler tasks apply`` / ``tasks export``): YAML or JSON, read and written.
 
-A file is ``{"tasks": [...]}`` (or the list alone); each entry has the fields of
-``TaskDefinition`` a user declares (``FILE_FIELDS``) and is validated by ``validate_task``, the
-check every entry point uses. ``${ENV_NAME}`` anywhere in a string is replaced by that
+A file is ``{"team": ..., "tasks": [...]}`` (or the list alone: team ``default``); a file applies
+to one team (docs/teams.md): an entry takes the file's team, and one naming another is refused.
+Each entry has the fields of ``TaskDefinition`` a user declares (``FILE_FIELDS``) and is validated
+by ``validate_task``, the check every entry point uses. ``${ENV_NAME}`` anywhere in a string is replaced by that
 environment variable when the file is read (``$${`` is a literal ``${``); a variable that is not
 set is an error naming it. Every problem is a ConfigError naming the task and field
 (``tasks.nightly.cron``), found before anything is applied. The file is untrusted: it is read
@@ -24,12 +25,13 @@ from typing import Any
 
 import yaml
 
+from scheduler_core.access import DEFAULT_TEAM
 from scheduler_core.errors import ConfigError, SchedulerError
 from scheduler_core.executors import ExecutorRegistry
 from scheduler_core.masking import is_secret_name, mask_url
 from scheduler_core.model import DECLARED, TaskDefinition, declared_json, validate_task
 from scheduler_core.runtime.bounded_load import MAX_FILE_BYTES, Loaded, load_json, load_yaml
-from scheduler_core.validation import check_id
+from scheduler_core.validation import check_id, check_team
 
 FILE_FIELDS = tuple(f.name for f in DECLARED)
 REQUIRED_FIELDS = tuple(f.name for f in DECLARED if f.required)
@@ -45,23 +47,24 @@ class TaskFile:
 
     path: str
     tasks: tuple[TaskDefinition, ...]
+    team: str = DEFAULT_TEAM  # every task of the file is this team's; --prune looks at no other
 
 
 def read_task_file(path: str, environ: Mapping[str, str], registry: ExecutorRegistry | None = None) -> TaskFile:
     """The file's tasks, each resolved and validated; ConfigError naming the first problem."""
     loaded = _load(path)
-    entries = _entries(loaded, path)
+    entries, team = _entries(loaded, path)
     registry = registry or ExecutorRegistry()
     seen: dict[str, int] = {}
     found = []
     for index, entry in enumerate(entries):
         where = _where(entry, index)
-        task = _task(loaded, entry, where, environ, registry)
+        task = _task(loaded, entry, where, environ, registry, team)
         if task.id in seen:
             raise ConfigError(where, f"the id appears twice in the file (entries {seen[task.id] + 1} and {index + 1})")
         seen[task.id] = index
         found.append(task)
-    return TaskFile(path, tuple(found))
+    return TaskFile(path, tuple(found), team)
 
 
 def _load(path: str) -> Loaded:
@@ -89,19 +92,20 @@ def _load(path: str) -> Loaded:
         raise ConfigError("FILE", f"{path} is not YAML: {exc}") from None
 
 
-def _entries(loaded: Loaded, path: str) -> list[Any]:
+def _entries(loaded: Loaded, path: str) -> tuple[list[Any], str]:
+    """The entries and the team the file applies to."""
     value = loaded.value
     if isinstance(value, list):
-        return value
+        return value, DEFAULT_TEAM
     if not isinstance(value, Mapping):
         got = "nothing" if value is None else type(value).__name__
         raise ConfigError("FILE", f"{path} must hold {_SHAPES} (got {got})")
-    _refuse_unknown(loaded, value, ("tasks",), "", "task file key", f"the file holds {_SHAPES}")
+    _refuse_unknown(loaded, value, ("team", "tasks"), "", "task file key", f"the file holds {_SHAPES}")
     if "tasks" not in value:
         raise ConfigError("tasks", f"is required (the file holds {_SHAPES})")
     if not isinstance(value["tasks"], list):
         raise ConfigError("tasks", f"must be a list of tasks (got {type(value['tasks']).__name__})")
-    return list(value["tasks"])
+    return list(value["tasks"]), check_team(value.get("team", DEFAULT_TEAM), "team")
 
 
 def _refuse_unknown(loaded: Loaded, mapping: Mapping[Any, Any], known: tuple[str, ...], where: str, what: str,
@@ -127,7 +131,7 @@ def _where(entry: Any, index: int) -> str:
 
 
 def _task(loaded: Loaded, entry: Any, where: str, environ: Mapping[str, str],
-          registry: ExecutorRegistry) -> TaskDefinition:
+          registry: ExecutorRegistry, team: str) -> TaskDefinition:
     if not isinstance(entry, Mapping):
         raise ConfigError(where, f"must be a mapping of task fields (got {type(entry).__name__})")
     _refuse_unknown(loaded, entry, FILE_FIELDS, f"{where}.", "task field", f"the fields: {', '.join(FILE_FIELDS)}")
@@ -135,9 +139,14 @@ def _task(loaded: Loaded, entry: Any, where: str, environ: Mapping[str, str],
         if required not in entry:
             raise ConfigError(f"{where}.{required}", "is required")
     values = {str(key): resolve_references(value, f"{where}.{key}", environ) for key, value in entry.items()}
+    values.setdefault("team", team)
     try:
         check_id(values["id"], "id", url_path=True)
-        return validate_task(TaskDefinition(**values), registry.validate)
+        task = validate_task(TaskDefinition(**values), registry.validate)
+        if task.team != team:
+            raise ConfigError("team", f"the file applies to team {team!r} (its top-level team:); a task of "
+                                      "another team goes in a file of its own")
+        return task
     except ConfigError as exc:
         raise ConfigError(f"{where}.{exc.field}", exc.message.removeprefix(f"{exc.field}: ")) from None
     except SchedulerError as exc:  # InvalidCronError: "cron: ..." -> "tasks.<id>.cron: ..."
@@ -179,13 +188,16 @@ class Export:
     references: dict[str, str]
 
 
-def export_tasks(stored: list[TaskDefinition], as_json: bool = False) -> Export:
-    """The definitions as a task file, secrets as ``${...}`` references (never their values)."""
+def export_tasks(stored: list[TaskDefinition], as_json: bool = False, team: str = DEFAULT_TEAM) -> Export:
+    """``team``'s definitions as a task file, secrets as ``${...}`` references (never their values)."""
     references: dict[str, str] = {}
-    entries = [_exported(task, references) for task in sorted(stored, key=lambda t: t.id)]
+    entries = [_exported(task, references) for task in sorted(stored, key=lambda t: t.id) if task.team == team]
+    for entry in entries:
+        entry.pop("team", None)  # the file's, written once at the top
+    document = {"team": team, "tasks": entries} if team != DEFAULT_TEAM else {"tasks": entries}
     if as_json:
-        return Export(json.dumps({"tasks": entries}, indent=2, ensure_ascii=False) + "\n", references)
-    return Export(yaml.safe_dump({"tasks": entries}, sort_keys=False, allow_unicode=True), references)
+        return Export(json.dumps(document, indent=2, ensure_ascii=False) + "\n", references)
+    return Export(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), references)
 
 
 def _exported(task: TaskDefinition, references: dict[str, str]) -> dict[str, Any]:

@@ -1,19 +1,21 @@
 """The task pages' operator API: ``scheduler.task_ops``.
 
-Search (``status:failed kind:api enabled:false tz:Europe/Berlin nightly``), the task list
+Search (``status:failed kind:api enabled:false tz:Europe/Berlin team:ops nightly``), the task list
 with last outcomes and next run times, a task's history, cron previews, deletion with a
 compare-and-set, and the round trip of masked secrets through an edit form. Every bad input
 raises :class:`ConfigError` naming the field (or the search term) before anything is read
-or written.
+or written. Reads take the caller's ``Scope`` (docs/teams.md): a task of a team outside it is
+not found.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.cron import describe, dst_note, validate_cron, validate_timezone
 from scheduler_core.errors import ConfigError, ConflictError, TaskNotFoundError
 from scheduler_core.model import Execution, TaskDefinition
@@ -31,10 +33,11 @@ from scheduler_core.validation import (
     check_ms,
     check_optional_id,
     check_optional_text,
+    check_team,
     check_text,
 )
 
-SEARCH_FIELDS = ("status", "kind", "enabled", "tz")
+SEARCH_FIELDS = ("status", "kind", "enabled", "tz", "team")
 _FIELD_ALIASES = {"timezone": "tz"}
 SEARCH_STATUSES = (*ExecutionStatus, NEVER_RUN)
 MAX_QUERY = 500
@@ -167,9 +170,14 @@ def _filter(terms: Mapping[str, str], words: tuple[str, ...]) -> TaskFilter:
             raise ConfigError("q", f"tz: {_reason(exc)}") from None
         if timezone is None:
             raise ConfigError("q", "tz: give a time zone name, e.g. tz:Europe/Berlin")
-    kind = terms.get("kind")
+    kind, team = terms.get("kind"), terms.get("team")
+    if team is not None:
+        try:
+            check_team(team, "team")
+        except ConfigError as exc:
+            raise ConfigError("q", f"team: {_reason(exc)}") from None
     return TaskFilter(words=words, status=status.lower() if status else None,
-                      kind=kind.lower() if kind is not None else None, enabled=enabled, timezone=timezone)
+                      kind=kind.lower() if kind is not None else None, enabled=enabled, timezone=timezone, team=team)
 
 
 def _reason(exc: ConfigError) -> str:
@@ -193,13 +201,14 @@ class TaskOperations:
     # --- reads ------------------------------------------------------------------------
 
     def search(self, query: str | None = None, limit: int = 50, after: str | None = None,
-               before: str | None = None) -> TaskPage:
-        """One page of tasks matching ``query`` with their last outcome and next run time.
+               before: str | None = None, scope: Scope = EVERY_TEAM) -> TaskPage:
+        """One page of the tasks in ``scope`` matching ``query``, with their last outcome and
+        next run time.
 
         Four statements whatever the page: the DB clock, the page of tasks, the last journal
         row and the slot holder of exactly those tasks.
         """
-        search, page, next_after, prev_before = self._task_page(query, limit, after, before)
+        search, page, next_after, prev_before = self._task_page(query, limit, after, before, scope)
         queries = self._queries()
         now = self.now_ms()
         ids = [stored.id for stored in page]
@@ -207,10 +216,10 @@ class TaskOperations:
         rows = [self._row(stored, last.get(stored.id), holders.get(stored.id), now) for stored in page]
         return TaskPage(rows, search, next_after, prev_before, now)
 
-    def _task_page(self, query: str | None, limit: int, after: str | None,
-                   before: str | None) -> tuple[TaskFilter, list[StoredTask], str | None, str | None]:
-        """One keyset page of the tasks matching ``query`` (by id), with its neighbours' cursors."""
-        search = parse_search(query)
+    def _task_page(self, query: str | None, limit: int, after: str | None, before: str | None,
+                   scope: Scope) -> tuple[TaskFilter, list[StoredTask], str | None, str | None]:
+        """One keyset page of the tasks in ``scope`` matching ``query`` (by id), with its neighbours' cursors."""
+        search = replace(parse_search(query), scope=scope)
         if search.kind is not None and self._context().executors.get(search.kind) is None:
             raise ConfigError("q", f"kind: no handler kind {search.kind!r} (e.g. kind:api, kind:hook)")
         check_int(limit, "limit", 1, PAGE_LIMIT)
@@ -225,12 +234,12 @@ class TaskOperations:
         return search, page, next_after, prev_before
 
     def grid(self, query: str | None = None, limit: int = 50, runs: int = 20, after: str | None = None,
-             before: str | None = None) -> RunGrid:
-        """The run-history grid: a keyset page of the tasks matching ``query`` (the Tasks page's
-        search) and the newest ``runs`` occurrences of each, oldest first. Two statements: the
-        page of tasks, and one bounded read of their runs (``JournalQueries.recent_runs``)."""
+             before: str | None = None, scope: Scope = EVERY_TEAM) -> RunGrid:
+        """The run-history grid: a keyset page of the tasks in ``scope`` matching ``query`` (the
+        Tasks page's search) and the newest ``runs`` occurrences of each, oldest first. Two
+        statements: the page of tasks, and one bounded read of their runs (``JournalQueries.recent_runs``)."""
         check_int(runs, "runs", 1, 100)
-        search, page, next_after, prev_before = self._task_page(query, limit, after, before)
+        search, page, next_after, prev_before = self._task_page(query, limit, after, before, scope)
         cells = JournalQueries(self._context().tasks.engine).recent_runs([stored.id for stored in page], runs)
         rows = [GridRow(stored.id, stored.task, stored.problem, cells.get(stored.id, [])) for stored in page]
         return RunGrid(rows, search, runs, next_after, prev_before)
@@ -246,20 +255,23 @@ class TaskOperations:
         return TaskRow(stored.id, task, stored.problem, last, next_run, state_name(task, blocked, now),
                        holder if blocked else None)
 
-    def get(self, task_id: str) -> TaskDefinition:
-        """The stored definition (not the snapshot: an edit form must carry the current version)."""
+    def get(self, task_id: str, scope: Scope = EVERY_TEAM) -> TaskDefinition:
+        """The stored definition (not the snapshot: an edit form must carry the current version);
+        TaskNotFoundError when there is none, or it is of a team outside ``scope`` (the same answer)."""
         check_id(task_id, "task_id")
         task = self._context().tasks.get(task_id)
-        if task is None:
+        if task is None or not scope.allows(task.team):
             raise TaskNotFoundError(f"task {task_id!r} not found", task_id=task_id)
         return task
 
-    def occurrences(self, task_id: str, limit: int = 50, before: str | None = None) -> OccurrencePage:
-        """A task's journal rows, newest first, one keyset page after the cursor ``before``."""
+    def occurrences(self, task_id: str, limit: int = 50, before: str | None = None,
+                    team: str | None = None) -> OccurrencePage:
+        """A task's journal rows, newest first, one keyset page after the cursor ``before``;
+        ``team``: its history in that team only (what it left in a team it moved from is not shown)."""
         check_id(task_id, "task_id")
         check_int(limit, "limit", 1, PAGE_LIMIT)
         cursor = check_cursor(before, "before")
-        found = self._queries().occurrences(task_id, limit + 1, (cursor.key, cursor.id) if cursor else None)
+        found = self._queries().occurrences(task_id, limit + 1, (cursor.key, cursor.id) if cursor else None, team)
         rows = found[:limit]
         last = rows[-1] if rows else None
         next_before = f"{last.created_at}.{last.occurrence_id}" if last is not None and len(found) > limit else None

@@ -10,9 +10,10 @@ count is resolved."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.errors import ConfigError
 from scheduler_core.model import Execution
 from scheduler_core.statuses import Resolution
@@ -55,9 +56,9 @@ class BulkResolveResult:
     resolved_ids: tuple[str, ...]
 
 
-def check_filter(task_id: Any, reason: Any) -> UnknownFilter:
+def check_filter(task_id: Any, reason: Any, scope: Scope = EVERY_TEAM) -> UnknownFilter:
     return UnknownFilter(check_optional_id(task_id, "task"), check_optional_text(reason, "cause", 64,
-                                                                               single_line=True))
+                                                                               single_line=True), scope)
 
 
 class UnknownReview:
@@ -67,24 +68,28 @@ class UnknownReview:
         self._repo = repo
         self._now_ms = now_ms
 
-    def unknown(self, task_id: str | None = None, reason: str | None = None, limit: int = 100) -> list[Execution]:
-        """Unknown executions of the filter, the longest-waiting first."""
-        where = check_filter(task_id, reason)
+    def unknown(self, task_id: str | None = None, reason: str | None = None, limit: int = 100,
+                scope: Scope = EVERY_TEAM) -> list[Execution]:
+        """Unknown executions of the filter (in ``scope``'s teams), the longest-waiting first."""
+        where = check_filter(task_id, reason, scope)
         check_int(limit, "limit", 1, PAGE_LIMIT)
         return self._queries().oldest(where, limit)
 
-    def preview_bulk_resolve(self, task_id: str | None = None, reason: str | None = None) -> BulkResolvePreview:
-        """Capture the unknown executions of the filter changed at or before ``now - SETTLE_GRACE_MS``
-        (DB time), at most the oldest ``BULK_MAX``, and count them."""
-        where = check_filter(task_id, reason)
+    def preview_bulk_resolve(self, task_id: str | None = None, reason: str | None = None,
+                             scope: Scope = EVERY_TEAM) -> BulkResolvePreview:
+        """Capture the unknown executions of the filter (in ``scope``'s teams) changed at or before
+        ``now - SETTLE_GRACE_MS`` (DB time), at most the oldest ``BULK_MAX``, and count them."""
+        where = check_filter(task_id, reason, scope)
         found = self._queries().capture(where, self._now_ms() - SETTLE_GRACE_MS, BULK_MAX)
         return BulkResolvePreview(where.task_id, where.reason, found.bound_at, found.bound_id, found.count, found.more)
 
     def bulk_resolve(self, preview: BulkResolvePreview, status: str, resolved_by: str | None,
-                     reason: str) -> BulkResolveResult:
+                     reason: str, scope: Scope = EVERY_TEAM) -> BulkResolveResult:
         """Resolve exactly the previewed set as ``status`` (success | discarded) with the operator's
-        ``reason``; each row by a compare-and-set on the version just read, releasing its slot."""
+        ``reason``, only rows of ``scope``'s teams; each row by a compare-and-set on the version just
+        read, releasing its slot."""
         where, bound = _checked(preview)
+        where = replace(where, scope=scope)
         check_choice(status, "status", Resolution)
         check_optional_text(resolved_by, "resolved_by", ID_MAX, single_line=True)
         check_text(reason, "reason", REASON_MAX)

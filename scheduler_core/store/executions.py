@@ -20,7 +20,6 @@ from scheduler_core.statuses import (
     SCHEDULED_TRIGGERS,
     AttemptStatus,
     ExecutionStatus,
-    LogPersistenceStatus,
     Resolution,
     Trigger,
 )
@@ -250,17 +249,6 @@ class ExecutionRepository:
             return found
 
         return read(self.engine, work) if ids else set()
-
-    def running(self, limit: int = 500) -> list[Execution]:
-        """Executions currently owned under a lease (for the nodes page), oldest first."""
-        query = (select(executions).where(executions.c.status == ExecutionStatus.RUNNING)
-                 .order_by(executions.c.created_at, executions.c.occurrence_id).limit(limit))
-        return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
-
-    def list_log_failures(self, limit: int, offset: int) -> list[Execution]:
-        query = (select(executions).where(executions.c.log_persistence == LogPersistenceStatus.PENDING)
-                 .order_by(executions.c.updated_at, executions.c.occurrence_id).limit(limit).offset(offset))
-        return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
 
     def resolve_unknown(self, execution: Execution, status: Resolution | str, expected_updated_at: int,
                         resolved_by: str | None, reason: str | None) -> bool:

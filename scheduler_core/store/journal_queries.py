@@ -12,12 +12,14 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import ColumnElement, Select, String, and_, bindparam, func, select, tuple_, union_all
 from sqlalchemy.engine import Connection, Engine, Row
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import executions, logs, nodes, tasks
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.statuses import FAILURE_STATUSES, ExecutionStatus, LogPersistenceStatus
 from scheduler_core.store.executions import execution_from_row
 from scheduler_core.store.logs import LogFilter, log_from_row
+from scheduler_core.store.teams import history_in
 from scheduler_core.store.transactions import read
 
 T = TypeVar("T")
@@ -161,13 +163,14 @@ class JournalQueries:
     # --- lists ------------------------------------------------------------------------
 
     def execution_page(self, status: str | None, task_id: str | None, limit: int, before: Cursor | None = None,
-                       after: Cursor | None = None) -> KeysetPage[Execution]:
-        """Journal rows newest first by (created_at, occurrence_id), optionally one status / task.
+                       after: Cursor | None = None, scope: Scope = EVERY_TEAM) -> KeysetPage[Execution]:
+        """Journal rows of ``scope``'s teams newest first by (created_at, occurrence_id), optionally
+        one status / task.
 
         Indexes: (created_at, occurrence_id), (status, created_at, occurrence_id),
         (task_id, created_at, occurrence_id).
         """
-        query = select(executions)
+        query = select(executions).where(*history_in(executions, scope))
         if status is not None:
             query = query.where(executions.c.status == status)
         if task_id is not None:
@@ -176,20 +179,40 @@ class JournalQueries:
                       lambda e: Cursor(e.created_at, e.occurrence_id), limit, before, after)
 
     def log_page(self, where: LogFilter, limit: int, before: Cursor | None = None,
-                 after: Cursor | None = None) -> KeysetPage[ExecutionLog]:
+                 after: Cursor | None = None, scope: Scope = EVERY_TEAM) -> KeysetPage[ExecutionLog]:
         """Log rows newest first by (started_at, id), filtered.
 
         Indexes: (started_at, id), (task_id, started_at, id), (status, started_at, id),
         (source, started_at, id); the time window is a range on started_at in each of them.
         """
-        query = where.select()
+        query = where.select().where(*history_in(logs, scope))
         return _fetch(self.engine, query, logs.c.started_at, logs.c.id, log_from_row,
                       lambda log: Cursor(log.started_at or 0, log.id), limit, before, after)
 
-    def log(self, log_id: str) -> ExecutionLog | None:
-        query = select(logs).where(logs.c.id == log_id)
+    def log(self, log_id: str, scope: Scope = EVERY_TEAM) -> ExecutionLog | None:
+        query = select(logs).where(logs.c.id == log_id, *history_in(logs, scope))
         row = read(self.engine, lambda conn: conn.execute(query).first())
         return log_from_row(row) if row is not None else None
+
+    def running(self, scope: Scope = EVERY_TEAM, limit: int = 500) -> list[Execution]:
+        """Executions of ``scope`` owned under a lease now (the nodes page), oldest first."""
+        query = (select(executions).where(executions.c.status == ExecutionStatus.RUNNING,
+                                          *history_in(executions, scope))
+                 .order_by(executions.c.created_at, executions.c.occurrence_id).limit(limit))
+        return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
+
+    def log_failures(self, limit: int, offset: int, scope: Scope = EVERY_TEAM) -> list[Execution]:
+        """Journal rows of ``scope`` whose log projection is pending, the oldest change first."""
+        query = (select(executions).where(executions.c.log_persistence == LogPersistenceStatus.PENDING,
+                                          *history_in(executions, scope))
+                 .order_by(executions.c.updated_at, executions.c.occurrence_id).limit(limit).offset(offset))
+        return read(self.engine, lambda conn: [execution_from_row(r) for r in conn.execute(query)])
+
+    def in_scope(self, occurrence_id: str, scope: Scope) -> bool:
+        """Whether the journal row ``occurrence_id`` is of a team in ``scope`` (False when absent)."""
+        query = select(executions.c.occurrence_id).where(executions.c.occurrence_id == occurrence_id,
+                                                         *history_in(executions, scope))
+        return read(self.engine, lambda conn: conn.execute(query).first()) is not None
 
     def now_ms(self) -> int:
         """The DB clock, for "3 s ago" on a page read at this instant."""
@@ -217,27 +240,31 @@ class JournalQueries:
 
     # --- counts -----------------------------------------------------------------------
 
-    def status_counts(self, statuses: Sequence[str], cap: int) -> dict[str, BoundedCount]:
-        """Journal rows per status, each counted up to ``cap`` on the (status, ...) index."""
+    def status_counts(self, statuses: Sequence[str], cap: int, scope: Scope = EVERY_TEAM) -> dict[str, BoundedCount]:
+        """Journal rows of ``scope`` per status, each counted up to ``cap`` on the (status, ...) index."""
+        mine = history_in(executions, scope)
 
         def work(conn: Connection) -> dict[str, BoundedCount]:
-            return {s: _bounded(conn, select(executions.c.occurrence_id).where(executions.c.status == s), cap)
+            return {s: _bounded(conn, select(executions.c.occurrence_id).where(executions.c.status == s, *mine), cap)
                     for s in statuses}
 
         return read(self.engine, work)
 
-    def window_counts(self, statuses: Sequence[str], window_ms: int, cap: int) -> tuple[int, dict[str, BoundedCount]]:
+    def window_counts(self, statuses: Sequence[str], window_ms: int, cap: int,
+                      scope: Scope = EVERY_TEAM) -> tuple[int, dict[str, BoundedCount]]:
         """(the window's start on the DB clock, journal rows per status created since then), each
         counted up to ``cap`` on the (status, created_at, occurrence_id) index: one range a status."""
 
         def work(conn: Connection) -> tuple[int, dict[str, BoundedCount]]:
             since = to_ms(conn.execute(select(db_now_ms())).scalar_one(), "db_now_ms") - window_ms
             return since, {s: _bounded(conn, select(executions.c.occurrence_id).where(
-                executions.c.status == s, executions.c.created_at >= since), cap) for s in statuses}
+                executions.c.status == s, executions.c.created_at >= since, *history_in(executions, scope)), cap)
+                for s in statuses}
 
         return read(self.engine, work)
 
-    def newest_of(self, statuses: Sequence[str], since_ms: int, limit: int) -> list[Execution]:
+    def newest_of(self, statuses: Sequence[str], since_ms: int, limit: int,
+                  scope: Scope = EVERY_TEAM) -> list[Execution]:
         """The ``limit`` newest journal rows in any of ``statuses`` created at or after ``since_ms``:
         one backwards range of the (status, created_at, occurrence_id) index a status (LIMIT each),
         merged here, so the cost does not grow with the journal."""
@@ -245,7 +272,8 @@ class JournalQueries:
         def work(conn: Connection) -> list[Execution]:
             found: list[Execution] = []
             for status in statuses:
-                query = (select(executions).where(executions.c.status == status, executions.c.created_at >= since_ms)
+                query = (select(executions).where(executions.c.status == status, executions.c.created_at >= since_ms,
+                                                  *history_in(executions, scope))
                          .order_by(executions.c.created_at.desc(), executions.c.occurrence_id.desc()).limit(limit))
                 found.extend(execution_from_row(row) for row in conn.execute(query))
             found.sort(key=lambda e: (e.created_at, e.occurrence_id), reverse=True)
@@ -253,15 +281,18 @@ class JournalQueries:
 
         return read(self.engine, work)
 
-    def log_failure_count(self, cap: int) -> BoundedCount:
+    def log_failure_count(self, cap: int, scope: Scope = EVERY_TEAM) -> BoundedCount:
         """Journal rows whose log projection is pending, up to ``cap`` (the log_persistence index)."""
-        query = select(executions.c.occurrence_id).where(executions.c.log_persistence == LogPersistenceStatus.PENDING)
+        query = select(executions.c.occurrence_id).where(executions.c.log_persistence == LogPersistenceStatus.PENDING,
+                                                         *history_in(executions, scope))
         return read(self.engine, lambda conn: _bounded(conn, query, cap))
 
-    def task_count(self) -> int:
-        """Stored tasks (a primary-key index scan over at most some ten thousand rows)."""
-        return int(read(self.engine, lambda conn: conn.execute(select(func.count()).select_from(tasks))
-                        .scalar_one()))
+    def task_count(self, scope: Scope = EVERY_TEAM) -> int:
+        """Stored tasks of ``scope`` (an index scan over at most some ten thousand rows)."""
+        query = select(func.count()).select_from(tasks)
+        if scope.teams is not None:
+            query = query.where(tasks.c.team.in_(sorted(scope.teams)))
+        return int(read(self.engine, lambda conn: conn.execute(query).scalar_one()))
 
     def nodes_alive(self, within_ms: int) -> int:
         """Nodes not stopped whose last heartbeat is at most ``within_ms`` old (DB clock)."""
@@ -276,7 +307,7 @@ class JournalQueries:
 
     # --- chart ------------------------------------------------------------------------
 
-    def hourly(self, hours: int) -> list[HourBucket]:
+    def hourly(self, hours: int, scope: Scope = EVERY_TEAM) -> list[HourBucket]:
         """Executions and failures per hour over the last ``hours`` hours, oldest first.
 
         The last bucket is the current (partial) hour of the DB clock; empty hours are
@@ -290,7 +321,8 @@ class JournalQueries:
             end = first + hours * HOUR_MS
             bucket = ((executions.c.created_at - first) // HOUR_MS).label("bucket")
             query = (select(executions.c.status, bucket, func.count())
-                     .where(and_(executions.c.created_at >= first, executions.c.created_at < end))
+                     .where(and_(executions.c.created_at >= first, executions.c.created_at < end),
+                            *history_in(executions, scope))
                      .group_by(executions.c.status, bucket))
             totals = [0] * hours
             failures = [0] * hours

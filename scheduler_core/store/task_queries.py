@@ -20,6 +20,7 @@ from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Select
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.db.tables import executions, slots, tasks
 from scheduler_core.errors import InvalidStoredValueError
 from scheduler_core.model import Execution, TaskDefinition
@@ -40,6 +41,8 @@ class TaskFilter:
     kind: str | None = None  # handler kind; a task without a handler (or kind) is "hook"
     enabled: bool | None = None
     timezone: str | None = None  # exact IANA name
+    team: str | None = None  # exactly this team
+    scope: Scope = EVERY_TEAM  # the teams the caller may see (docs/teams.md)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ def _conditions(search: TaskFilter) -> list[ColumnElement[bool]]:
         conditions.append(tasks.c.enabled == search.enabled)
     if search.timezone is not None:
         conditions.append(tasks.c.timezone == search.timezone)
+    if search.team is not None:
+        conditions.append(tasks.c.team == search.team)
+    if search.scope.teams is not None:
+        conditions.append(tasks.c.team.in_(sorted(search.scope.teams)))
     if search.kind is not None:
         conditions.append(_handler_kind() == search.kind)
     if search.status == NEVER_RUN:
@@ -136,10 +143,14 @@ class TaskQueries:
 
         return read(self.engine, work)
 
-    def occurrences(self, task_id: str, limit: int, before: tuple[int, str] | None = None) -> list[Execution]:
+    def occurrences(self, task_id: str, limit: int, before: tuple[int, str] | None = None,
+                    team: str | None = None) -> list[Execution]:
         """A task's journal rows, newest first by (created_at, occurrence_id), after the
-        cursor ``before`` = (created_at, occurrence_id) of the last row of the previous page."""
+        cursor ``before`` = (created_at, occurrence_id) of the last row of the previous page;
+        ``team``: only its history in that team (rows it left behind in another team are not its)."""
         query = select(executions).where(executions.c.task_id == task_id)
+        if team is not None:
+            query = query.where(or_(executions.c.team.is_(None), executions.c.team == team))
         if before is not None:
             created_at, occurrence_id = before
             # The <= bound keeps a plain index range scan on every dialect; the OR breaks ties.

@@ -26,6 +26,7 @@ from scheduler_core.errors import (
 from scheduler_core.model import DECLARED, TaskDefinition, declared_json, validate_task
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore
+from scheduler_core.store.teams import check_team_exists, freeze_history
 from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
 from scheduler_core.task_policies import Pause
 from scheduler_core.task_schema import DeclaredField, Widget
@@ -178,6 +179,7 @@ class TaskRepository:
         """Insert a new task (revision 1) and its slot. TaskAlreadyExistsError on a taken id."""
 
         def work(c: Connection) -> TaskDefinition:
+            check_team_exists(c, task.team)
             now = db_statement_now_ms()  # one reading: created_at = updated_at
             try:
                 with c.begin_nested():
@@ -211,6 +213,7 @@ class TaskRepository:
             inserted = False
             for task in declared:
                 if self.get(task.id, conn) is None:
+                    check_team_exists(conn, task.team)
                     conn.execute(insert_ignore(conn, tasks, [{"id": task.id, "revision": 1, "created_at": now,
                                                                "updated_at": now, **_columns(task)}]))
                     inserted = True
@@ -235,6 +238,12 @@ class TaskRepository:
         """
 
         def work(conn: Connection) -> TaskDefinition | None:
+            was = conn.execute(select(tasks.c.team).where(tasks.c.id == task.id,
+                                                          tasks.c.revision == expected_revision)).scalar()
+            if was is None:
+                return None
+            if was != task.team:  # a move: its history stays the team it ran under
+                check_team_exists(conn, task.team)
             if task.enabled:  # first: MySQL would read the cleared marker in one UPDATE's later SET
                 conn.execute(update(tasks).where(tasks.c.id == task.id, tasks.c.revision == expected_revision,
                                                  tasks.c.limit_reached_at.is_not(None))
@@ -246,6 +255,8 @@ class TaskRepository:
                         updated_at=greatest(conn, db_now_ms(), tasks.c.updated_at + 1), **_columns(task)))
             if not one_row(changed, f"updating task {task.id!r}"):
                 return None
+            if was != task.team:
+                freeze_history(conn, task.id, was)
             self._bump_version(conn)
             return self.get(task.id, conn)
 
@@ -262,8 +273,10 @@ class TaskRepository:
             condition = [tasks.c.id == task_id]
             if revision is not None:
                 condition.append(tasks.c.revision == revision)
-            if not one_row(conn.execute(delete(tasks).where(*condition)), f"deleting task {task_id!r}"):
+            team = conn.execute(select(tasks.c.team).where(*condition)).scalar()
+            if team is None or not one_row(conn.execute(delete(tasks).where(*condition)), f"deleting task {task_id!r}"):
                 return False
+            freeze_history(conn, task_id, team)
             conn.execute(delete(slots).where(slots.c.task_id == task_id, slots.c.occurrence_id.is_(None)))
             self._bump_version(conn)
             return True

@@ -8,14 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql import ColumnElement
 
+from scheduler_core.access import DEFAULT_TEAM, Scope
 from scheduler_core.db.account_tables import team_grants, teams
 from scheduler_core.db.clock import db_now_ms, to_ms
+from scheduler_core.db.tables import executions, logs, tasks
 from scheduler_core.errors import ConfigError
 from scheduler_core.statuses import ROLES
-from scheduler_core.store.transactions import read
+from scheduler_core.store.transactions import read, write
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,41 @@ class TeamRepository:
     def all(self) -> list[Team]:
         query = select(teams).order_by(teams.c.id)
         return [_team(r) for r in read(self.engine, lambda c: c.execute(query).all())]
+
+    def create(self, team_id: str, name: str) -> Team:
+        """A new team (both values checked by the caller); ConfigError naming ``team`` when the id is taken."""
+        def work(conn: Connection) -> Team:
+            now = db_now_ms()
+            try:
+                with conn.begin_nested():
+                    conn.execute(teams.insert().values(id=team_id, name=name, created_at=now, updated_at=now))
+            except IntegrityError:
+                raise ConfigError("team", f"a team {team_id!r} exists already") from None
+            return _team(conn.execute(select(teams).where(teams.c.id == team_id)).one())
+        return write(self.engine, work)
+
+
+def check_team_exists(conn: Connection, team: str, field: str = "team") -> None:
+    """``team`` is a team here; ``ConfigError`` naming ``field`` otherwise."""
+    if conn.execute(select(teams.c.id).where(teams.c.id == team)).first() is None:
+        raise ConfigError(field, f"names no team here: {team!r}")
+
+
+def freeze_history(conn: Connection, task_id: str, team: str) -> None:
+    """A task leaves ``team`` (moved or deleted): its executions and logs that followed its team
+    (``team`` NULL) stay ``team``'s, so a task of that id in another team never shows them."""
+    for table in (executions, logs):
+        conn.execute(update(table).where(table.c.task_id == task_id, table.c.team.is_(None)).values(team=team))
+
+
+def history_in(table: Table, scope: Scope) -> list[ColumnElement[bool]]:
+    """The condition that a history row (``executions`` or ``logs``) is of a team in ``scope``: its
+    own ``team`` when a move or deletion wrote it, else its task's (a row of a task deleted before
+    teams existed is ``default``'s). None of it for every team: a global caller's reads are as they were."""
+    if scope.teams is None:
+        return []
+    owner = select(tasks.c.team).where(tasks.c.id == table.c.task_id).correlate(table).scalar_subquery()
+    return [func.coalesce(table.c.team, owner, DEFAULT_TEAM).in_(sorted(scope.teams))]
 
 
 def grants_of(conn: Connection, name: str) -> dict[str, str]:

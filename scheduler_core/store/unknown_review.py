@@ -10,20 +10,23 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, and_, select
 from sqlalchemy.engine import Engine
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.db.tables import executions
 from scheduler_core.model import Execution
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.captured_sets import Captured, UpdatedKey
 from scheduler_core.store.executions import execution_from_row
+from scheduler_core.store.teams import history_in
 from scheduler_core.store.transactions import read
 
 
 @dataclass(frozen=True)
 class UnknownFilter:
-    """Unknown executions, optionally of one task and one reason (exact matches)."""
+    """Unknown executions of ``scope``'s teams, optionally of one task and one reason (exact matches)."""
 
     task_id: str | None = None
     reason: str | None = None
+    scope: Scope = EVERY_TEAM
 
     def condition(self) -> ColumnElement[bool]:
         parts = [executions.c.status == ExecutionStatus.UNKNOWN]
@@ -31,7 +34,7 @@ class UnknownFilter:
             parts.append(executions.c.task_id == self.task_id)
         if self.reason is not None:
             parts.append(executions.c.reason == self.reason)
-        return and_(*parts)
+        return and_(*parts, *history_in(executions, self.scope))
 
 
 _KEY = UpdatedKey(executions.c.updated_at, executions.c.occurrence_id)

@@ -147,6 +147,32 @@ def test_prune_deletes_only_the_files_own_tasks(cli: Cli, engine: Engine) -> Non
     assert code == 0 and "delete     nightly" in out and set(_stored(engine)) == {"other-file", "made-by-hand"}
 
 
+def test_a_file_applies_to_one_team_and_prune_never_touches_another_teams_tasks(cli: Cli, engine: Engine) -> None:
+    """docs/teams.md: ``team:`` at the top; an entry naming another team is refused whole; the
+    same source applied for another team prunes only that team's tasks; export writes one team."""
+    from scheduler_core.runtime.accounts import Accounts
+
+    Accounts(engine).create_team("ops")
+    code, _, _ = cli("tasks", "apply", cli.file(FILE))  # team default
+    assert code == 0
+    ops = cli.file("team: ops\ntasks: [{id: ops-job, name: Ops job, cron: '0 6 * * *'}]", "tasks.yaml")
+    code, out, _ = cli("tasks", "apply", ops, "--prune")  # the same source (tasks), another team
+    assert code == 0 and "create     ops-job" in out and "\ndelete" not in out
+    assert set(_stored(engine)) == {"nightly", "cleanup", "ops-job"}
+    assert TaskRepository(engine).get("ops-job").team == "ops"
+    mixed = cli.file("team: ops\ntasks: [{id: sneaky, name: S, cron: '0 6 * * *', team: default}]", "mixed.yaml")
+    code, _, err = cli("tasks", "apply", mixed)
+    assert code == 1 and "tasks.sneaky.team: the file applies to team 'ops'" in err and "sneaky" not in _stored(engine)
+    code, _, err = cli("tasks", "apply", cli.file("team: Ops!\ntasks: []", "bad.yaml"))
+    assert code == 1 and "team: must be a team id" in err
+    code, out, err = cli("tasks", "export", "--team", "ops")
+    assert code == 0 and out.startswith("team: ops\n") and "ops-job" in out and "nightly" not in out
+    code, out, err = cli("tasks", "export")
+    assert "ops-job" not in out and "nightly" in out and "not in this file: the tasks of team ops" in err
+    code, out, _ = cli("tasks", "apply", cli.file("team: ops\ntasks: []", "tasks.yaml"), "--prune")
+    assert code == 0 and "delete     ops-job" in out and set(_stored(engine)) == {"nightly", "cleanup"}
+
+
 def test_a_dry_run_changes_nothing(cli: Cli, engine: Engine) -> None:
     cli("tasks", "apply", cli.file(FILE))
     before = _stored(engine)

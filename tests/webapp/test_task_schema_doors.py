@@ -28,7 +28,7 @@ from scheduler_core.runtime.task_files import export_tasks, read_task_file
 from scheduler_core.task_schema import Widget
 from tests.webapp.api_support import Api, make_api
 from tests.webapp.conftest import Auth, csrf_token
-from webapp.node import scheduler_of
+from webapp.node import accounts_of, scheduler_of
 
 BASE = TaskDefinition(id="base", name="Base task", cron="0 3 * * *",
                       handler={"kind": "api", "url": "http://127.0.0.1:9/base", "method": "POST", "headers": {}})
@@ -135,6 +135,7 @@ def test_every_declared_field_has_an_example_and_a_widget() -> None:
 
 def test_each_field_round_trips_through_every_door(api: Api, db_app: Flask, tmp_path: Path) -> None:
     scheduler = scheduler_of(db_app)
+    accounts_of(db_app).create_team(EXAMPLES["team"])  # a task can only be put in a team that exists
     browser = db_app.test_client()
     Auth(browser).login()
     blank = _form_of(browser, "/tasks/new")
@@ -192,17 +193,24 @@ def test_each_field_round_trips_through_every_door(api: Api, db_app: Flask, tmp_
             assert got == _expected(task_id, name), f"{name}: {door} update"
         entries.append(_expected(f"file-{name}", name))
 
-    # A task file: applied, then exported; both hold every example.
-    path = tmp_path / "tasks.yaml"
-    path.write_text(yaml.safe_dump({"tasks": entries}, sort_keys=False))
-    task_file = read_task_file(str(path), {})
-    for step in plan(scheduler, task_file, "doors", prune=False).changes:
-        apply_step(scheduler, step, "doors")
+    # Task files (one per team: a file applies to one team, its top-level team:): applied, then
+    # exported; both hold every example.
+    by_team: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        by_team.setdefault(entry["team"], []).append(entry)
+    for team, listed in by_team.items():
+        path = tmp_path / f"tasks-{team}.yaml"
+        path.write_text(yaml.safe_dump({"team": team, "tasks": listed}, sort_keys=False))
+        task_file = read_task_file(str(path), {})
+        for step in plan(scheduler, task_file, f"doors-{team}", prune=False).changes:
+            apply_step(scheduler, step, f"doors-{team}")
     for entry in entries:
         name = entry["id"].removeprefix("file-")
         assert declared_json(scheduler.task_ops.get(entry["id"])) == entry, f"{name}: task file"
-    exported = json.loads(export_tasks(scheduler.refresh_tasks(), as_json=True).text)["tasks"]
-    by_id = {entry["id"]: entry for entry in exported}
+    by_id = {}
+    for team in by_team:
+        document = json.loads(export_tasks(scheduler.refresh_tasks(), as_json=True, team=team).text)
+        by_id.update({entry["id"]: {**entry, "team": document.get("team", "default")} for entry in document["tasks"]})
     for entry in entries:
         name = entry["id"].removeprefix("file-")
         assert by_id[entry["id"]][name] == entry[name], f"{name}: task file export"

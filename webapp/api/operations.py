@@ -13,7 +13,7 @@ from typing import Any
 from flask import current_app
 
 from scheduler_core.db import health_check, migration_state
-from scheduler_core.errors import ConfigError, SchedulerError
+from scheduler_core.errors import ConfigError, ExecutionNotFoundError, SchedulerError
 from scheduler_core.masking import mask_text, mask_values
 from scheduler_core.model import Execution, ExecutionLog
 from scheduler_core.reach.queue import QueueRow
@@ -22,7 +22,7 @@ from scheduler_core.runtime.execution_operations import Cursor
 from scheduler_core.statuses import DeliveryResolution, LogPersistenceStatus, QueueStatus, Resolution
 from scheduler_core.validation import check_text
 from webapp.api import schemas as s
-from webapp.api.core import Caller, not_found, operation
+from webapp.api.core import FORBIDDEN_CODE, ApiProblem, Caller, not_found, operation
 from webapp.forms import review_errors
 from webapp.logs import REPAIR_ALL_ROUNDS
 from webapp.node import reach_of, scheduler_of
@@ -81,7 +81,7 @@ def _review(status: str, outcomes: tuple[str, ...], reason: str) -> str:
 def list_executions(caller: Caller, query: s.ExecutionQuery) -> s.ExecutionPage:
     page = scheduler_of(current_app).execution.page(
         None if query.status is None else str(query.status), query.task_id, query.limit, before=query.before,
-        after=query.after)
+        after=query.after, scope=caller.access.scope())
     return s.ExecutionPage(rows=[execution_out(row) for row in page.rows], older=_token(page.older),
                            newer=_token(page.newer))
 
@@ -89,7 +89,8 @@ def list_executions(caller: Caller, query: s.ExecutionQuery) -> s.ExecutionPage:
 @operation("GET", "/executions/<occurrence_id>", summary="One execution with its attempts", role="viewer",
            response=s.Execution)
 def get_execution(caller: Caller, occurrence_id: s.OccurrenceId) -> s.Execution:
-    return execution_out(scheduler_of(current_app).execution.get(occurrence_id), with_attempts=True)
+    return execution_out(scheduler_of(current_app).execution.get(occurrence_id, caller.access.scope()),
+                         with_attempts=True)
 
 
 @operation("POST", "/executions/resolve/<occurrence_id>",
@@ -98,8 +99,13 @@ def get_execution(caller: Caller, occurrence_id: s.OccurrenceId) -> s.Execution:
 def resolve_execution(caller: Caller, body: s.ResolveExecution, occurrence_id: s.OccurrenceId) -> s.Execution:
     reason = _review(body.status, tuple(Resolution), body.reason)
     execution = scheduler_of(current_app).execution
-    before = execution.get(occurrence_id)
-    after = execution.resolve_unknown(occurrence_id, body.status, body.expected_updated_at, caller.name, reason)
+    before = execution.get(occurrence_id, caller.access.scope())
+    try:
+        after = execution.resolve_unknown(occurrence_id, body.status, body.expected_updated_at, caller.name, reason,
+                                          caller.access.scope("operator"))
+    except ExecutionNotFoundError:  # seen, but not an operator of its team
+        raise ApiProblem(403, "Forbidden", "resolving this execution needs the operator role in its task's team",
+                         FORBIDDEN_CODE) from None
     caller.audit("execution.resolve_unknown", occurrence_id, before={"status": before.status},
                  after={"status": after.status}, reason=reason)
     return execution_out(after, with_attempts=True)
@@ -113,7 +119,8 @@ def resolve_execution(caller: Caller, body: s.ResolveExecution, occurrence_id: s
 def list_logs(caller: Caller, query: s.LogQuery) -> s.LogPage:
     page = scheduler_of(current_app).execution.log_page(
         query.task_id, None if query.status is None else str(query.status), query.trigger_source,
-        query.started_after, query.started_before, query.limit, before=query.before, after=query.after)
+        query.started_after, query.started_before, query.limit, before=query.before, after=query.after,
+        scope=caller.access.scope())
     return s.LogPage(rows=[_log_out(row) for row in page.rows], older=_token(page.older), newer=_token(page.newer))
 
 
@@ -121,15 +128,17 @@ def list_logs(caller: Caller, query: s.LogQuery) -> s.LogPage:
            query=s.OffsetQuery, response=s.LogFailures)
 def list_log_failures(caller: Caller, query: s.OffsetQuery) -> s.LogFailures:
     execution = scheduler_of(current_app).execution
-    count = execution.log_failure_count()
-    return s.LogFailures(rows=[execution_out(row) for row in execution.list_log_failures(query.limit, query.offset)],
+    scope = caller.access.scope()
+    count = execution.log_failure_count(scope=scope)
+    return s.LogFailures(rows=[execution_out(row) for row in execution.list_log_failures(query.limit, query.offset,
+                                                                                          scope)],
                          count=count.value, more=count.more)
 
 
 @operation("POST", "/logs/repair/<occurrence_id>", summary="Write one execution's log rows from the journal",
            role="operator", response=s.Repaired)
 def repair_log(caller: Caller, occurrence_id: s.OccurrenceId) -> s.Repaired:
-    result = scheduler_of(current_app).execution.repair_log(occurrence_id)
+    result = scheduler_of(current_app).execution.repair_log(occurrence_id, caller.access.scope("operator"))
     if result.repaired:
         caller.audit("log.repair", occurrence_id, before={"log_persistence": LogPersistenceStatus.PENDING},
                      after={"log_persistence": result.log_persistence})
@@ -141,8 +150,9 @@ def repair_log(caller: Caller, occurrence_id: s.OccurrenceId) -> s.Repaired:
            role="operator", response=s.RepairedAll)
 def repair_all_logs(caller: Caller) -> s.RepairedAll:
     execution = scheduler_of(current_app).execution
-    before = execution.log_failure_count()
-    result = execution.repair_all(REPAIR_ALL_ROUNDS)
+    scope = caller.access.scope("operator")
+    before = execution.log_failure_count(scope=scope)
+    result = execution.repair_all(REPAIR_ALL_ROUNDS, scope)
     caller.audit("log.repair_all", "log failures", before={"pending": before.label},
                  after={"repaired": result.repaired, "failed": result.failed, "remaining": result.remaining.label,
                         "rounds": result.rounds})
@@ -225,7 +235,7 @@ def resolve_delivery(caller: Caller, body: s.ResolveDelivery, queue_id: s.QueueI
 def list_nodes(caller: Caller) -> s.NodeList:
     scheduler = scheduler_of(current_app)
     leases: dict[str, list[s.Lease]] = defaultdict(list)
-    for execution in scheduler.execution.leases():
+    for execution in scheduler.execution.leases(caller.access.scope()):
         leases[execution.owner_node or "?"].append(s.Lease(occurrence_id=execution.occurrence_id,
                                                            task_id=execution.task_id,
                                                            lease_until=execution.lease_until))

@@ -23,7 +23,17 @@ from pydantic_core import CoreSchema, core_schema
 from scheduler_core.errors import ConfigError, ReachConfigError
 from scheduler_core.runtime.accounts import MAX_REASON
 from scheduler_core.runtime.execution_operations import check_cursor
-from scheduler_core.validation import GROUP_MAX, ID_MAX, MAX_MS, check_group, check_id, check_text, fail
+from scheduler_core.validation import (
+    GROUP_MAX,
+    ID_MAX,
+    MAX_MS,
+    TEAM_MAX,
+    check_group,
+    check_id,
+    check_team,
+    check_text,
+    fail,
+)
 
 Check = Callable[[Any, str], Any]
 
@@ -153,6 +163,8 @@ PathId = Annotated[str, Checked(check_path_id, **_id_schema(f"^{NOT_BLANK}{SEGME
 SegmentId = Annotated[str, Checked(check_segment_id, **_id_schema(f"^{NOT_BLANK}{SEGMENT}$"),
                                    description="1-128 characters, no control character, no /, not . or ..")]
 Group = Annotated[str, Checked(check_group, **_id_schema(f"^{NOT_BLANK}[^{CONTROL}]*$", GROUP_MAX))]
+Team = Annotated[str, Checked(check_team, **_id_schema("^[a-z0-9][a-z0-9-]*$", TEAM_MAX),
+                              description="a team id: lower-case letters, digits and -")]
 QueueReceipt = Annotated[str, Checked(check_queue_id, format="uuid", pattern=UUID_PATTERN)]
 JournalCursor = Annotated[str, Checked(
     check_cursor, pattern=f"^{MS_DIGITS}\\.{NOT_BLANK}[^{CONTROL}]{{1,{ID_MAX}}}$",

@@ -30,7 +30,7 @@ from scheduler_core.task_policies import (
     RetryPolicy,
 )
 from scheduler_core.task_schema import DeclaredField, Widget
-from webapp.api.rules import Group, Id, PathId, Reason, StrippedId, Whole, text
+from webapp.api.rules import Group, Id, PathId, Reason, StrippedId, Team, Whole, text
 from webapp.api.schemas import Limit, Ms, Query, Strict, omit_default, values_literal
 
 Text = Annotated[str, Field(max_length=100_000)]
@@ -110,7 +110,7 @@ def _input_type(declared: DeclaredField) -> Any:
     longest = spec.max_length or 100_000
     types: dict[Widget, Any] = {
             Widget.ID: PathId, Widget.LINE: text(longest, single_line=True), Widget.TEXT: text(longest),
-            Widget.CHECK: bool, Widget.CRON: Text, Widget.ZONE: Text, Widget.GROUP: Group,
+            Widget.CHECK: bool, Widget.CRON: Text, Widget.ZONE: Text, Widget.GROUP: Group, Widget.TEAM: Team,
             Widget.JSON: dict[str, Any], Widget.RETRY: RetryIn, Widget.CATCHUP: CatchupIn,
             Widget.OVERLAP: OverlapIn, Widget.CALENDAR: CalendarIn, Widget.HANDLER: dict[str, Any],
             Widget.COUNT: Annotated[int, Field(json_schema_extra={"minimum": 1, "maximum": longest}), Whole]}

@@ -28,6 +28,7 @@ from webapp.api.core import CONFLICT_CODE, ApiProblem, Caller, operation
 from webapp.api.schemas import Strict
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED
+from webapp.team_scope import check_placement, task_for
 
 MAX_PAUSE_MINUTES = t.MAX_PAUSE_MINUTES
 
@@ -60,19 +61,21 @@ def _no_code(handler: dict[str, Any] | None) -> None:
 @operation("GET", "/tasks", summary="Search tasks (the Tasks page's field:value search), keyset pages",
            role="viewer", query=t.TaskSearch, response=t.TaskPage)
 def list_tasks(caller: Caller, query: t.TaskSearch) -> t.TaskPage:
-    page = scheduler_of(current_app).task_ops.search(query.q, query.limit, after=query.after, before=query.before)
+    page = scheduler_of(current_app).task_ops.search(query.q, query.limit, after=query.after, before=query.before,
+                                                     scope=caller.access.scope())
     return t.TaskPage(rows=[_row(row) for row in page.rows], next_after=page.next_after, prev_before=page.prev_before)
 
 
 @operation("GET", "/tasks/<path:task_id>", summary="One task's stored definition (secrets masked)", role="viewer",
            response=t.Task)
 def get_task(caller: Caller, task_id: s.TaskId) -> t.Task:
-    return task_out(scheduler_of(current_app).task_ops.get(task_id))
+    return task_out(task_for(caller.access, task_id))
 
 
 @operation("GET", "/schedules/<path:task_id>", role="viewer", response=t.ScheduleOut,
            summary="A task's schedule described: next 10 fire times, last 10 runs, counts of what did not run")
 def describe_task(caller: Caller, task_id: s.TaskId) -> t.ScheduleOut:
+    task_for(caller.access, task_id)
     found = scheduler_of(current_app).describe(task_id)
     runs = [t.RecentRunOut(occurrence_id=r.occurrence_id, trigger=str(r.trigger), scheduled_minute=r.scheduled_minute,
                            status=str(r.status), reason=r.reason, started_at=r.started_at, finished_at=r.finished_at,
@@ -92,6 +95,7 @@ def describe_task(caller: Caller, task_id: s.TaskId) -> t.ScheduleOut:
 def create_task(caller: Caller, body: Strict) -> t.Task:
     _no_code(getattr(body, "handler", None))
     definition = TaskDefinition(**_declared(body, (f.name for f in DECLARED)))
+    check_placement(caller.access, definition.team)
     stored = scheduler_of(current_app).register(definition)
     caller.audit("task.create", stored.id, after=stored.masked())
     return task_out(stored)
@@ -101,7 +105,7 @@ def create_task(caller: Caller, body: Strict) -> t.Task:
            role="admin", body=t.TaskUpdate, response=t.Task)
 def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> t.Task:
     scheduler = scheduler_of(current_app)
-    current = scheduler.task_ops.get(task_id)
+    current = task_for(caller.access, task_id, "admin")
     given = body.model_fields_set - {"expected_updated_at"}
     if current.handler_kind in CODE_KINDS and given - {"enabled"}:
         raise ConfigError("handler.kind", f"{current.handler_kind} tasks are read-only here (only enabled may "
@@ -116,6 +120,8 @@ def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> t.Task:
         if declared.spec.secret and declared.name in changes:
             changes[declared.name] = restore_masked(changes[declared.name], getattr(current, declared.name),
                                                     declared.name)
+    if changes.get("team", current.team) != current.team:  # a move: an admin of both teams
+        check_placement(caller.access, changes["team"])
     version = body.expected_updated_at  # type: ignore[attr-defined]  # TaskUpdate's fields are computed
     stored = scheduler.update_task(task_id, expected_updated_at=version, **changes)
     caller.audit("task.update", task_id, before=current.masked(), after=stored.masked())
@@ -125,6 +131,7 @@ def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> t.Task:
 @operation("DELETE", "/tasks/<path:task_id>", summary="Delete a task at the version read", role="admin",
            body=s.Version, response=t.Deleted)
 def delete_task(caller: Caller, body: s.Version, task_id: s.TaskId) -> t.Deleted:
+    task_for(caller.access, task_id, "admin")
     deleted = scheduler_of(current_app).task_ops.delete(task_id, body.expected_updated_at)
     caller.audit("task.delete", task_id, before=deleted.masked())
     return t.Deleted(id=task_id, deleted=True)
@@ -134,7 +141,7 @@ def delete_task(caller: Caller, body: s.Version, task_id: s.TaskId) -> t.Deleted
            body=t.PauseIn, response=t.Task)
 def pause_task(caller: Caller, body: t.PauseIn, task_id: s.TaskId) -> t.Task:
     scheduler = scheduler_of(current_app)
-    scheduler.task_ops.get(task_id)
+    task_for(caller.access, task_id, "operator")
     reason = body.reason.strip()
     if not reason:
         raise ConfigError("reason", "say why it is paused: the next operator reads it")
@@ -156,7 +163,7 @@ def pause_task(caller: Caller, body: t.PauseIn, task_id: s.TaskId) -> t.Task:
            response=t.Task)
 def resume_task(caller: Caller, task_id: s.TaskId) -> t.Task:
     scheduler = scheduler_of(current_app)
-    before = scheduler.task_ops.get(task_id)
+    before = task_for(caller.access, task_id, "operator")
     resumed = scheduler.resume(task_id, by=caller.name)
     was = before.paused
     caller.audit("task.resume", task_id,
@@ -170,7 +177,7 @@ def resume_task(caller: Caller, task_id: s.TaskId) -> t.Task:
            role="operator", body=t.TriggerIn, response=t.Triggered, status=202)
 def trigger_task(caller: Caller, body: t.TriggerIn, task_id: s.TaskId) -> t.Triggered:
     scheduler = scheduler_of(current_app)
-    scheduler.task_ops.get(task_id)
+    task_for(caller.access, task_id, "operator")
     key = (body.idempotency_key or "").strip() or None
     source = (body.source or "").strip() or f"api:{caller.name}"
     existed = scheduler.repeated_occurrence(task_id, key) is not None
@@ -187,6 +194,7 @@ def trigger_task(caller: Caller, body: t.TriggerIn, task_id: s.TaskId) -> t.Trig
            response=t.BackfillOut)
 def backfill_task(caller: Caller, body: t.BackfillIn, task_id: s.TaskId) -> t.BackfillOut:
     # audited by the core (task.backfill, in the transaction that queues the runs)
+    task_for(caller.access, task_id, "operator")
     done = scheduler_of(current_app).backfill(task_id, body.start_ms, body.end_ms, by=caller.name,
                                               reason=body.reason, dry_run=body.dry_run)
     return t.BackfillOut(task_id=done.task_id, count=done.count, first_ms=done.first_ms, last_ms=done.last_ms,

@@ -1,0 +1,230 @@
+"""Every dashboard route and every API operation, called by a member of another team, on SQLite,
+PostgreSQL and MariaDB (docs/teams.md, "The rule every surface keeps").
+
+The caller is an admin of team ``ops`` with no global role: every role check lets them through,
+so only the team check can stop them. The ``default`` team holds a task, its runs (a success with
+its log row, an unknown one, one whose log is still to be written) and an audit entry about it.
+Walking ``app.url_map`` and the API's ``OPERATIONS`` with ``default``'s identifiers in every URL
+argument:
+
+- a route or operation naming one of ``default``'s objects answers as it does for an object that
+  does not exist (404, or the page's own "there is no ..." redirect), and one needing a global role
+  403;
+- no answer holds any of ``default``'s identifiers but those the caller typed in the URL (an
+  empty list, a count without them);
+- nothing in the database changes (but the walker's own audit entries: repairing the logs of
+  their own team, which has none pending, is still an action the trail keeps).
+
+A new route is walked without editing this file. The surfaces whose team is not built yet are
+named in NOT_YET with the reason; each must leave that list when its team lands.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from werkzeug.security import generate_password_hash
+
+from scheduler_core import TaskDefinition
+from scheduler_core.db.tables import executions
+from tests.helpers.journal import db_now, execution_row, insert_rows, journal_pending
+from tests.webapp.api_support import snapshot
+from tests.webapp.conftest import Auth, csrf_token
+from webapp.api import OPERATIONS
+from webapp.auth import PUBLIC_ENDPOINTS
+from webapp.node import accounts_of, audit_of, scheduler_of
+
+THEIRS = TaskDefinition(id="ledger-7c1e", name="Ledger 7c1e", cron="0 2 * * *", handler={"kind": "hook"})
+OURS = TaskDefinition(id="ops-job", name="Ops job", cron="0 3 * * *", team="ops", handler={"kind": "hook"})
+OBJECT_ARGUMENTS = ("task_id", "occurrence_id", "log_id")  # a URL argument naming a team's object
+NOWHERE = "nothing-by-this-id"  # an object that does not exist: what another team's must look like
+NOT_YET = {  # docs/teams.md "Not yet": these surfaces carry no team yet
+    "audit.index": "the audit trail's team (audit_log.team) is not built",
+    "notifications.": "notifications carry no team yet (reach_queue.team)",
+    "alerts.": "alert rules and alerts per team are not built",
+    "api.list_dead": "notifications carry no team yet", "api.list_unknown_deliveries": "the same",
+    "api.requeue_dead": "the same", "api.resolve_delivery": "the same",
+}
+SKIPPED = {"static": "files", "auth.logout": "ends the walker's own session", "auth.login": "public",
+           "oidc.login": "public", "oidc.callback": "public"}
+
+
+@dataclass
+class World:
+    app: Flask
+    browser: FlaskClient
+    token: dict[str, str]
+    values: dict[str, str]  # URL arguments: default's objects
+    secrets: tuple[str, ...]  # default's identifiers: none may appear in an answer
+
+
+def _not_yet(endpoint: str) -> bool:
+    return any(endpoint == name or (name.endswith(".") and endpoint.startswith(name)) for name in NOT_YET)
+
+
+@pytest.fixture
+def world(db_app: Flask) -> Iterator[World]:
+    app, engine = db_app, db_app.extensions["hai_engine"]
+    accounts = accounts_of(app)
+    accounts.create_team("ops", "Operations")
+    scheduler = scheduler_of(app)
+    scheduler.set_hooks({"on_task_execute": lambda event: "done"})
+    scheduler.register(THEIRS)
+    scheduler.register(OURS)
+    ran = scheduler.trigger(THEIRS.id)
+    scheduler.trigger(OURS.id)
+    unknown = str(uuid.uuid4())
+    insert_rows(engine, executions, [execution_row(unknown, db_now(engine), "unknown", THEIRS.id)])
+    [pending] = journal_pending(engine, 1, prefix=f"p-{uuid.uuid4().hex[:8]}")
+    with engine.begin() as conn:
+        conn.execute(executions.update().where(executions.c.occurrence_id == pending).values(task_id=THEIRS.id))
+    audit_of(app).record("admin", "task.trigger", THEIRS.id, after={"occurrence_id": ran.occurrence_id})
+    accounts.create("outsider", "viewer", generate_password_hash("outsider-password-1"))
+    user = accounts.set_role("outsider", None, accounts.get("outsider").updated_at)
+    accounts.set_grants("outsider", {"ops": "admin"}, user.updated_at)
+    browser = app.test_client()
+    assert Auth(browser).login("outsider", "outsider-password-1").status_code == 302
+    token = {"Authorization": f"Bearer {app.extensions['hai_api_tokens'].create('outsider', 'walk').secret}"}
+    values = {"task_id": THEIRS.id, "occurrence_id": unknown, "log_id": ran.id, "name": "admin",
+              "queue_id": str(uuid.uuid4()), "token_id": str(uuid.uuid4())}
+    yield World(app, browser, token, values, (THEIRS.id, ran.occurrence_id, ran.id, unknown, pending))
+
+
+def _leaks(world: World, body: str, typed: str) -> list[str]:
+    return [secret for secret in world.secrets if secret in body and secret not in typed]
+
+
+def _state(world: World) -> dict[str, list[tuple[Any, ...]]]:
+    rows = snapshot(world.app)
+    rows["audit_log"] = [row for row in rows.get("audit_log", []) if "outsider" not in row]
+    return rows
+
+
+def _check(world: World, what: str, send: Any, absent: int | None, globally: bool, typed: str = "") -> list[str]:
+    """``absent``: the status the same call answers for objects that do not exist (None: it names none)."""
+    before = _state(world)
+    response = send()
+    body = response.get_data(as_text=True)
+    problems = []
+    expected = 403 if globally else absent
+    if expected is not None and response.status_code != expected:
+        problems.append(f"{what}: {response.status_code}, not {expected} (as for an object that does not exist)")
+    if absent is not None and not globally and absent not in (303, 404):
+        problems.append(f"{what}: an object that does not exist answers {absent}, neither 404 nor a redirect")
+    if globally and response.status_code != 403:
+        problems.append(f"{what}: {response.status_code}, not 403 (a global role is needed)")
+    if response.status_code >= 500:
+        problems.append(f"{what}: {response.status_code}")
+    leaked = _leaks(world, body, typed)
+    if leaked:
+        problems.append(f"{what}: the answer shows {leaked}")
+    if _state(world) != before:
+        problems.append(f"{what}: changed the database")
+    return problems
+
+
+def test_every_route_answers_a_member_of_another_team_as_if_nothing_were_there(world: World) -> None:
+    app, problems, walked = world.app, [], 0
+    with app.test_request_context():
+        rules = [rule for rule in app.url_map.iter_rules() if not rule.endpoint.startswith("api.")]
+    for rule in rules:
+        if rule.endpoint in SKIPPED or _not_yet(rule.endpoint) or rule.endpoint in PUBLIC_ENDPOINTS:
+            continue
+        view = app.view_functions[rule.endpoint]
+        named = any(name in OBJECT_ARGUMENTS for name in rule.arguments)
+        with app.test_request_context():
+            path = rule.build({name: world.values.get(name, "walk") for name in rule.arguments},
+                              append_unknown=False)[1]
+            nowhere = rule.build({name: (NOWHERE if name in OBJECT_ARGUMENTS else world.values.get(name, "walk"))
+                                  for name in rule.arguments}, append_unknown=False)[1]
+        globally = bool(getattr(view, "required_globally", False))
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            walked += 1
+
+            def send(target: str, method: str = method) -> Any:
+                data = {"csrf_token": csrf_token(world.browser, "/")} if method != "GET" else None
+                return world.browser.open(target, method=method, data=data)
+
+            absent = send(nowhere).status_code if named else None
+            problems += _check(world, f"{method} {path} ({rule.endpoint})", lambda path=path: send(path), absent,
+                               globally, path)
+            if method == "GET" and not named:  # an htmx request (a fragment) shows as little
+                problems += _check(world, f"htmx GET {path}", lambda path=path: world.browser.get(
+                    path, headers={"HX-Request": "true"}), None, globally)
+    assert walked > 40, f"the walk found only {walked} routes"
+    assert not problems, "\n".join(problems)
+
+
+def test_every_api_operation_answers_a_member_of_another_team_as_if_nothing_were_there(world: World) -> None:
+    scheduler = scheduler_of(world.app)
+    theirs = scheduler.task_ops.get(THEIRS.id)
+    unknown = scheduler.execution.get(world.values["occurrence_id"])
+    now = scheduler.task_ops.now_ms()
+    bodies: dict[str, Any] = {
+        "create_task": {"id": "sneak-1", "name": "Sneak", "cron": "*/5 * * * *", "handler": {"kind": "hook"},
+                        "team": "default"},
+        "update_task": {"expected_updated_at": theirs.updated_at, "description": "edited"},
+        "delete_task": {"expected_updated_at": theirs.updated_at},
+        "pause_task": {"reason": "maintenance window", "minutes": 30},
+        "trigger_task": {},
+        "backfill_task": {"start_ms": now - 3 * 3_600_000, "end_ms": now - 3_600_000, "reason": "outage"},
+        "resolve_execution": {"status": "discarded", "reason": "checked", "expected_updated_at": unknown.updated_at},
+    }
+    client, problems = world.app.test_client(), []
+    for op in OPERATIONS:
+        if _not_yet(f"api.{op.endpoint}"):
+            continue
+        path = "/api/v1" + op.rule
+        for name in op.path_types:
+            path = path.replace(f"<path:{name}>", world.values[name]).replace(f"<{name}>", world.values[name])
+        if op.method == "GET":
+            path += "?limit=100" if op.query is not None and "limit" in op.query.model_fields else ""
+        named = any(name in OBJECT_ARGUMENTS for name in op.path_types)
+        body = bodies.get(op.endpoint, {} if op.body is not None else None)
+
+        def send(op: Any = op, path: str = path, body: Any = body) -> Any:
+            return client.open(path, method=op.method, headers=world.token, json=body)
+
+        found = _check(world, f"{op.method} {path} ({op.endpoint})", send, 404 if named else None, False, path)
+        if op.endpoint == "create_task":  # names another team: refused naming the field, like any bad value
+            answer = send()
+            if (answer.status_code, (answer.get_json() or {}).get("field")) != (422, "team"):
+                found.append(f"create_task in default: {answer.status_code} {answer.get_json()}")
+        problems += found
+    assert not problems, "\n".join(problems)
+
+
+def _more_of_theirs(world: World) -> None:
+    """More of ``default``'s history: a task, an unknown run, a pending log, a run holding a lease."""
+    engine = world.app.extensions["hai_engine"]
+    scheduler_of(world.app).register(TaskDefinition(id="ledger-more", name="More", cron="0 4 * * *"))
+    now = db_now(engine)
+    running = {**execution_row(str(uuid.uuid4()), now, "running", THEIRS.id), "owner_node": "ghost-node",
+               "lease_until": now + 3_600_000, "execution_token": str(uuid.uuid4())}
+    insert_rows(engine, executions, [execution_row(str(uuid.uuid4()), now, "unknown", THEIRS.id), running,
+                                     execution_row(str(uuid.uuid4()), now, "failed", THEIRS.id, "pending")])
+
+
+def test_what_a_member_counts_does_not_move_with_another_teams_history(world: World) -> None:
+    """Counts hold no identifier: a fragment that counted another team's rows would pass the walk.
+    So each counting fragment is read, ``default`` gains history, and it must read the same."""
+    fragments = ("/overview/counters", "/overview/chart", "/executions/running", "/logs/failures",
+                 "/executions/unknown", "/nodes/")
+    htmx = {"HX-Request": "true"}
+    before = {path: world.browser.get(path, headers=htmx).get_data(as_text=True) for path in fragments}
+    api = {path: world.app.test_client().get(path, headers=world.token).get_json()
+           for path in ("/api/v1/nodes", "/api/v1/logs/failures")}
+    _more_of_theirs(world)
+    for path in fragments:
+        assert world.browser.get(path, headers=htmx).get_data(as_text=True) == before[path], path
+    for path, answer in api.items():
+        now = world.app.test_client().get(path, headers=world.token).get_json()
+        assert {k: v for k, v in now.items() if k != "now_ms"} == {k: v for k, v in answer.items() if k != "now_ms"}
+    scheduler = scheduler_of(world.app)  # the rows are there: a global caller counts them
+    assert any(e.task_id == THEIRS.id for e in scheduler.execution.leases())

@@ -1,0 +1,39 @@
+"""A team's objects as the caller may reach them (docs/teams.md), for the pages and the API alike.
+
+``task_for`` finds a task the caller can see (TaskNotFoundError otherwise: the same 404 as a task
+that does not exist, so a guess learns nothing) and answers 403 when the caller's role in its team
+is below what the action needs. ``check_placement`` refuses to put a task in a team the caller is
+not an admin of (a ConfigError naming ``team``, worded alike whether the team exists or not);
+``team_choices`` are the teams the task form offers.
+"""
+
+from __future__ import annotations
+
+from flask import current_app
+from werkzeug.exceptions import Forbidden
+
+from scheduler_core.access import Access
+from scheduler_core.errors import ConfigError
+from scheduler_core.model import TaskDefinition
+from webapp.node import accounts_of, scheduler_of
+
+
+def task_for(access: Access, task_id: str, role: str = "viewer") -> TaskDefinition:
+    """The stored task when ``access`` sees its team; 403 below ``role`` there."""
+    task = scheduler_of(current_app).task_ops.get(task_id, access.scope())
+    if not access.can(role, task.team):
+        raise Forbidden(f"this needs the {role} role in team {task.team}")
+    return task
+
+
+def check_placement(access: Access, team: str, field: str = "team") -> None:
+    """``access`` may create and keep tasks in ``team`` (an admin there)."""
+    if not access.can("admin", team):
+        raise ConfigError(field, f"names no team you are an admin of: {team!r}")
+
+
+def team_choices(access: Access, current: str | None = None) -> list[str]:
+    """The teams a task may be put in by ``access`` (and ``current``, the team it is in)."""
+    admin_in = access.teams("admin")
+    every = accounts_of(current_app).teams()
+    return [team for team in every if admin_in is None or team in admin_in or team == current]
