@@ -27,7 +27,7 @@ from scheduler_core.statuses import ROLES
 from scheduler_core.validation import check_int, check_text, shown
 
 ALL_TEAMS = "*"
-KNOWN_TEAMS = ("default",)  # the teams an installation has (one until team namespaces come)
+TEAM = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")  # a team id (validation.check_team); that it exists: serve checks
 DEFAULT_SCOPES = ("openid", "profile", "email", "groups")
 CLAIM = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
 SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,64}")  # RFC 6749 scope-token characters
@@ -59,6 +59,11 @@ class OidcSettings:
     group_roles: tuple[GroupRole, ...] = ()
     refresh_s: int = 60
     name: str = "single sign-on"
+
+    @property
+    def teams(self) -> list[str]:
+        """The teams the group mapping grants roles in (``*`` aside): each must exist (``serve`` checks)."""
+        return sorted({mapping.team for mapping in self.group_roles if mapping.team != ALL_TEAMS})
 
     def access_of(self, groups: Any) -> Access:
         """What the ``groups`` (a claim's value: a list of names, or one name) grant: the highest
@@ -200,9 +205,9 @@ def _group_roles(value: Any, where: str) -> tuple[GroupRole, ...]:
         group, team, role = group.strip(), team.strip(), role.strip()
         if not GROUP.fullmatch(group) or not team or not role:
             raise ConfigError(where, f"{shown(entry)} is not group=team:role")
-        if team != ALL_TEAMS and team not in KNOWN_TEAMS:
-            raise ConfigError(where, f"{shown(entry)} names an unknown team {shown(team)} (teams: "
-                                     f"{', '.join((*KNOWN_TEAMS, ALL_TEAMS))})")
+        if team != ALL_TEAMS and not TEAM.fullmatch(team):
+            raise ConfigError(where, f"{shown(entry)} names {shown(team)}, which is not a team id (lower-case "
+                                     f"letters, digits and -) nor {ALL_TEAMS} (every team)")
         if role not in ROLES:
             raise ConfigError(where, f"{shown(entry)} names an unknown role {shown(role)} (roles: {', '.join(ROLES)})")
         if (group, team) in found:

@@ -3,6 +3,7 @@
   hai-scheduler serve [--bind HOST:PORT]           the dashboard under gunicorn, one node per worker
   hai-scheduler create-user NAME --role ROLE       add a user (password asked, or HAI_NEW_PASSWORD)
   hai-scheduler create-token USER [--name N] [--expires-days D]   a personal API token, printed once
+  hai-scheduler teams create ID [--name NAME] | teams list          team namespaces (docs/teams.md)
   hai-scheduler db upgrade | db status | node      see scheduler_core/cli.py
 
 Every command reads and checks its settings first (scheduler_core/settings.py): ``serve`` refuses
@@ -19,11 +20,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sqlalchemy.engine import Engine
 from werkzeug.security import generate_password_hash
 
 from scheduler_core.cli import add_node_routing_options, build_parser, dispatch, node_hooks
-from scheduler_core.db import close_engine, create_engine, upgrade
-from scheduler_core.errors import ConfigError
+from scheduler_core.db import close_engine, create_engine, migration_state, upgrade
+from scheduler_core.errors import ConfigError, SchedulerError
 from scheduler_core.runtime.accounts import ROLES, Accounts, check_new_password, check_username
 from scheduler_core.settings import Settings
 from scheduler_core.testing import clock_offset_from_env
@@ -45,7 +47,39 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="for an existing user: set a new password, and the role given")
     user.set_defaults(handler=_create_user)
     add_token_command(commands)
+    teams = commands.add_parser("teams", help="team namespaces: create, list (docs/teams.md)")
+    team_commands = teams.add_subparsers(dest="teams_command", required=True, metavar="{create,list}")
+    create = team_commands.add_parser("create", help="create a team (then put tasks and people in it)")
+    create.add_argument("team_id", metavar="ID", help="lower-case letters, digits and -, up to 64")
+    create.add_argument("--name", help="its display name (default: the id)")
+    create.set_defaults(handler=_create_team)
+    listing = team_commands.add_parser("list", help="every team, one line each")
+    listing.set_defaults(handler=_list_teams)
+    for command in (create, listing):
+        command.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
     return dispatch(parser, argv)
+
+
+def _create_team(args: argparse.Namespace, settings: Settings) -> int:
+    engine = create_engine(settings.database)
+    try:
+        upgrade(engine)
+        team = Accounts(engine).create_team(args.team_id, args.name)
+    finally:
+        close_engine(engine)
+    print(f"team {team.id!r} created ({team.name})")
+    return 0
+
+
+def _list_teams(args: argparse.Namespace, settings: Settings) -> int:
+    engine = create_engine(settings.database)
+    try:
+        upgrade(engine)
+        for team in Accounts(engine).team_list():
+            print(f"{team.id}\t{team.name}")
+    finally:
+        close_engine(engine)
+    return 0
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -54,7 +88,12 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     clock_offset_from_env()  # tests' DB clock offset, applied by each worker (webapp/app.py): checked here
     if settings.sign_on.oidc is not None:  # an issuer without discovery stops it here, before any file is made
         discover(settings.sign_on.oidc, settings.environment)
-    close_engine(create_engine(settings.database))  # health-checked: an unreachable database stops it here
+    engine = create_engine(settings.database)  # health-checked: an unreachable database stops it here
+    try:
+        if settings.sign_on.oidc is not None:
+            _check_mapped_teams(engine, settings.sign_on.oidc.teams)
+    finally:
+        close_engine(engine)
     # gunicorn's master (gunicorn_conf.py) and each worker (webapp.node.make_scheduler) read the
     # settings again: hand them the ones chosen here, flags included.
     os.environ.update(HAI_BIND=settings.bind, HAI_WORKERS=str(settings.workers),
@@ -66,6 +105,21 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
                "--workers", str(settings.workers), "--threads", str(settings.threads), "webapp.wsgi:app"]
     os.execv(sys.executable, command)  # gunicorn takes over this process (signals go straight to it)
     return 0  # pragma: no cover
+
+
+def _check_mapped_teams(engine: Engine, named: list[str]) -> None:
+    """Each team ``HAI_OIDC_GROUP_ROLES`` grants a role in exists (when the schema has teams: a
+    database not migrated yet is migrated by the workers, and a sign-on to a missing team is refused)."""
+    if not named or migration_state(engine).current is None:
+        return
+    try:
+        known = set(Accounts(engine).teams())
+    except SchedulerError:  # no teams table yet (an older schema): the workers migrate it
+        return
+    missing = [team for team in named if team not in known]
+    if missing:
+        raise ConfigError("HAI_OIDC_GROUP_ROLES", f"names teams this dashboard does not have: {', '.join(missing)} "
+                                                  f"(create them: hai-scheduler teams create {missing[0]})")
 
 
 def _check_listen(bind: str, field: str) -> None:

@@ -160,7 +160,11 @@ def callback() -> ResponseReturnValue:
                                                                 claims.get(settings.username_claim), access)
     except NameTakenError as exc:
         return _refused(next_url, f"Single sign-on failed: {exc.message}.", switch=True)
-    except ConfigError:
+    except ConfigError as exc:
+        if exc.field == "grants":  # HAI_OIDC_GROUP_ROLES names a team this dashboard does not have
+            return _refused(next_url, "Single sign-on failed: your groups grant a role in a team this dashboard "
+                                      f"does not have ({exc.message.removeprefix('grants: ')}); tell an "
+                                      "administrator.", exc)
         return _refused(next_url, f"Single sign-on failed: the provider's {settings.username_claim} claim is "
                                   "not a user name here (letters, digits and . - _ @, up to 64).", switch=True)
     user = signed.user
@@ -269,7 +273,11 @@ def check_session(found: SessionUser) -> SessionUser | None:
             reason="signed on: their groups at the identity provider grant no role now")
         return None
     if access != held:
-        user = accounts.sign_on(sign_on.oidc.issuer, state["sub"], found.name, access).user
+        try:
+            user = accounts.sign_on(sign_on.oidc.issuer, state["sub"], found.name, access).user
+        except ConfigError as exc:  # a group maps to a team that is gone: no role can be worked out
+            logger.warning("sign-on of %s: %s; the session ends", found.name, exc.message)
+            return None
         _audit_access(found.name, held, access)
         found = SessionUser(user.name, user.role, True, state, dict(access.grants))
     logins().set_sign_on(session.get("sid"), {**state, "seen": now, "answered": now, "retry": 0})

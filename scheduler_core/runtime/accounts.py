@@ -197,6 +197,10 @@ class Accounts:
         """Every team's id, in order."""
         return [team.id for team in self._teams.all()]
 
+    def team_list(self) -> list[Team]:
+        """Every team (id, display name, times), by id."""
+        return self._teams.all()
+
     def create_team(self, team_id: str, name: str | None = None) -> Team:
         """A new team (docs/teams.md): its id (``check_team``) and a display name (default: the id)."""
         check_team(team_id, "team")

@@ -84,7 +84,7 @@ def test_local_accounts_can_be_turned_off_with_sign_on() -> None:
     ({"HAI_OIDC_GROUP_ROLES": None}, "HAI_OIDC_GROUP_ROLES", "required"),
     ({"HAI_OIDC_GROUP_ROLES": "ops"}, "HAI_OIDC_GROUP_ROLES", "not group=team:role"),
     ({"HAI_OIDC_GROUP_ROLES": "ops=operator"}, "HAI_OIDC_GROUP_ROLES", "not group=team:role"),
-    ({"HAI_OIDC_GROUP_ROLES": "ops=payments:operator"}, "HAI_OIDC_GROUP_ROLES", "unknown team"),
+    ({"HAI_OIDC_GROUP_ROLES": "ops=Pay ments:operator"}, "HAI_OIDC_GROUP_ROLES", "not a team id"),
     ({"HAI_OIDC_GROUP_ROLES": "ops=default:root"}, "HAI_OIDC_GROUP_ROLES", "unknown role"),
     ({"HAI_OIDC_GROUP_ROLES": "ops=default:viewer,ops=default:admin"}, "HAI_OIDC_GROUP_ROLES", "mapped twice"),
     ({"HAI_OIDC_GROUP_ROLES": " , ,"}, "HAI_OIDC_GROUP_ROLES", "1..500"),

@@ -72,7 +72,7 @@ SERVE_REFUSES = [
     ([], {"HAI_OIDC_ISSUER": "http://127.0.0.1:9", "HAI_OIDC_CLIENT_ID": "dashboard", "HAI_OIDC_CLIENT_SECRET": "s",
           "HAI_OIDC_GROUP_ROLES": "ops=default:operator"}, "HAI_OIDC_ISSUER"),  # no discovery document there
     ([], {"HAI_OIDC_ISSUER": "https://id.example.test", "HAI_OIDC_CLIENT_ID": "dashboard",
-          "HAI_OIDC_CLIENT_SECRET": "s", "HAI_OIDC_GROUP_ROLES": "ops=payments:operator"}, "HAI_OIDC_GROUP_ROLES"),
+          "HAI_OIDC_CLIENT_SECRET": "s", "HAI_OIDC_GROUP_ROLES": "ops=Payments:operator"}, "HAI_OIDC_GROUP_ROLES"),
 ]
 
 
@@ -265,3 +265,34 @@ def test_create_user_reset_gives_a_team_only_user_a_global_role_again(tmp_path: 
                  HAI_NEW_PASSWORD="tia password 2")
     assert reset.stdout == "user 'tia': password reset, role none -> operator\n", reset.stderr
     assert _user(url, "tia")[0] == "operator"
+
+
+def test_teams_are_created_and_listed_and_a_bad_id_is_named(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/teams.db"
+    made = _run(["teams", "create", "payments", "--name", "Payments"], tmp_path, HAI_DATABASE_URL=url)
+    assert (made.returncode, made.stdout.strip()) == (0, "team 'payments' created (Payments)"), made.stderr
+    again = _run(["teams", "create", "payments"], tmp_path, HAI_DATABASE_URL=url)
+    assert again.returncode == 1 and "team: a team 'payments' exists already" in again.stderr
+    bad = _run(["teams", "create", "Pay ments"], tmp_path, HAI_DATABASE_URL=url)
+    assert bad.returncode == 1 and "team: must be a team id" in _one_line_error(bad, "team")
+    listed = _run(["teams", "list"], tmp_path, HAI_DATABASE_URL=url)
+    assert listed.stdout.splitlines() == ["default\tDefault", "payments\tPayments"]
+
+
+def test_serve_names_a_mapped_team_the_dashboard_does_not_have(tmp_path: Path) -> None:
+    """HAI_OIDC_GROUP_ROLES is read before the database; that its teams exist is checked against it."""
+    from scheduler_core.db import upgrade
+    from scheduler_core.errors import ConfigError
+    from webapp.cli import _check_mapped_teams
+
+    engine = create_engine(f"sqlite:///{tmp_path}/mapped.db")
+    try:
+        _check_mapped_teams(engine, ["payments"])  # no schema yet: the workers migrate, sign-on refuses
+        upgrade(engine)
+        with pytest.raises(ConfigError) as caught:
+            _check_mapped_teams(engine, ["default", "payments"])
+        assert caught.value.field == "HAI_OIDC_GROUP_ROLES" and "does not have: payments" in caught.value.message
+        Accounts(engine).create_team("payments")
+        _check_mapped_teams(engine, ["default", "payments"])
+    finally:
+        close_engine(engine)

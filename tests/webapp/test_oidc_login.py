@@ -187,6 +187,20 @@ def test_groups_that_grant_no_role_sign_no_one_on(sso_app: Flask, provider: Oidc
     assert _user(sso_app, "carol") is None
 
 
+def test_a_group_mapped_to_a_team_this_dashboard_lacks_signs_no_one_on_until_the_team_exists(
+        database: TestDatabase, provider: OidcProvider) -> None:
+    sign_on = SignOn(OidcSettings(client_id=CLIENT_ID, client_secret=CLIENT_SECRET, issuer=provider.issuer,
+                                  group_roles=(GroupRole("ops", "payments", "operator"),)), True)
+    for app in _dashboard(database.url, SIGN_ON=sign_on, SECRET_KEY="sso-" + "k" * 32):
+        client = app.test_client()
+        page = _refusal(client, _signed_on(client, provider, "alice"))
+        assert "a team this dashboard does not have" in page and "payments" in page
+        assert _user(app, "alice") is None
+        app.extensions["hai_accounts"].create_team("payments")
+        assert _signed_on(client, provider, "alice").status_code == 302
+        assert _grants(app, "alice") == {"payments": "operator"}
+
+
 def test_a_local_account_is_never_taken_over_by_a_person_of_the_same_name(
         sso_app: Flask, provider: OidcProvider) -> None:
     client = sso_app.test_client()
