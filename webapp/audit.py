@@ -62,9 +62,10 @@ def audit_changes(before: Any, after: Any) -> list[Change]:
 
 
 def record_action(action: str, target: str | None, *, before: Any = None, after: Any = None,
-                  reason: str | None = None) -> None:
-    """Record what the signed-in user just did (the caller masks secrets in ``before`` / ``after``)."""
-    audit_of(current_app).record(g.user.name, action, target, before=before, after=after, reason=reason)
+                  reason: str | None = None, team: str | None = None) -> None:
+    """Record what the signed-in user just did (the caller masks secrets in ``before`` / ``after``);
+    ``team`` when the target does not say which team it is about (``AuditTrail.record``)."""
+    audit_of(current_app).record(g.user.name, action, target, before=before, after=after, reason=reason, team=team)
 
 
 @bp.get("/")
@@ -73,5 +74,5 @@ def index() -> ResponseReturnValue:
     action = request.args.get("action") or None
     page = max(0, request.args.get("page", 0, type=int))
     page = min(page, 1_000_000 // PAGE)
-    entries = audit_of(current_app).list(actor, action, PAGE, page * PAGE)
+    entries = audit_of(current_app).list(actor, action, PAGE, page * PAGE, g.user.access.scope())
     return render_template("audit/index.html", entries=entries, actor=actor, action=action, page=page, page_size=PAGE)

@@ -22,6 +22,7 @@ from webapp.auth import require_role
 from webapp.forms import posted_version, review_errors, whole_number
 from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import scheduler_of
+from webapp.team_scope import audit_team
 
 bp = Blueprint("executions", __name__, url_prefix="/executions")
 PAGE = 50
@@ -173,7 +174,8 @@ def bulk_resolve() -> ResponseReturnValue:
                           "status": ExecutionStatus.UNKNOWN, "bound_at": preview.bound_at, "bound_id": preview.bound_id,
                           "previewed": preview.count},
                   after={"status": status, "resolved": result.resolved, "changed": result.changed,
-                         "occurrences": list(result.resolved_ids[:100])}, reason=reason)
+                         "occurrences": list(result.resolved_ids[:100])}, reason=reason,
+                  team=audit_team(g.user.access.scope("operator")))
     message = f"Resolved {result.resolved} of the {result.previewed} previewed unknown executions as {status}."
     if result.changed:
         message += (f" {result.changed} had changed since the preview (resolved by someone else) and were left"
@@ -187,13 +189,13 @@ def bulk_resolve() -> ResponseReturnValue:
 @require_role("operator")
 def resolve(occurrence_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
-    before = scheduler.execution.get(occurrence_id, g.user.access.scope())  # another team's: not found
     status = request.form.get("status", "")
     reason = request.form.get("reason", "").strip()
     expected = posted_version()
     errors = review_errors(status, RESOLUTIONS, reason, expected)
-    if errors:
+    if errors:  # read nothing yet: the same answer for another team's row as for none
         return _unknown_page({occurrence_id: errors}), 400
+    before = scheduler.execution.get(occurrence_id, g.user.access.scope())  # another team's: not found
     try:
         after = scheduler.execution.resolve_unknown(occurrence_id, status, expected or 0, g.user.name, reason,
                                                     g.user.access.scope("operator"))

@@ -19,6 +19,7 @@ from webapp.audit import record_action
 from webapp.auth import require_role
 from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import scheduler_of
+from webapp.team_scope import audit_team
 
 bp = Blueprint("logs", __name__, url_prefix="/logs")
 PAGE = 50
@@ -183,7 +184,7 @@ def repair_all() -> ResponseReturnValue:
     result = scheduler.execution.repair_all(REPAIR_ALL_ROUNDS, scope)
     record_action("log.repair_all", "log failures", before={"pending": before.label},
                   after={"repaired": result.repaired, "failed": result.failed, "remaining": result.remaining.label,
-                         "rounds": result.rounds})
+                         "rounds": result.rounds}, team=audit_team(scope))
     message = f"Repaired {result.repaired:,} log(s); {result.remaining.label} remain."
     if result.failed:
         message += f" {result.failed:,} could not be repaired (see the server log)."

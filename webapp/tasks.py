@@ -83,8 +83,9 @@ def cron_text(expr: str) -> str:
         return ""
 
 
-def _audit(action: str, target: str, before: Any = None, after: Any = None, reason: str | None = None) -> None:
-    record_action(action, target, before=before, after=after, reason=reason)
+def _audit(action: str, target: str, before: Any = None, after: Any = None, reason: str | None = None,
+           team: str | None = None) -> None:
+    record_action(action, target, before=before, after=after, reason=reason, team=team)
 
 
 # --- list ---------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ def delete(task_id: str) -> ResponseReturnValue:
     except ConflictError:
         flash(CONFLICT, "error")
         return redirect(url_for("tasks.confirm_delete", task_id=task_id), 303)
-    _audit("task.delete", task_id, before=deleted.masked())
+    _audit("task.delete", task_id, before=deleted.masked(), team=deleted.team)  # the task is gone: say its team
     flash(f"Task {task_id} deleted.", "success")
     return redirect(url_for("tasks.index"), 303)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from flask import current_app
 from werkzeug.exceptions import Forbidden
 
-from scheduler_core.access import Access
+from scheduler_core.access import Access, Scope
 from scheduler_core.errors import ConfigError
 from scheduler_core.model import TaskDefinition
 from webapp.node import accounts_of, scheduler_of
@@ -30,6 +30,12 @@ def check_placement(access: Access, team: str, field: str = "team") -> None:
     """``access`` may create and keep tasks in ``team`` (an admin there)."""
     if not access.can("admin", team):
         raise ConfigError(field, f"names no team you are an admin of: {team!r}")
+
+
+def audit_team(scope: Scope) -> str | None:
+    """The team a bulk action's audit entry is about: the caller's one team, if they act in one;
+    None for a global caller or several teams (an entry global users see)."""
+    return next(iter(scope.teams)) if scope.teams is not None and len(scope.teams) == 1 else None
 
 
 def team_choices(access: Access, current: str | None = None) -> list[str]:

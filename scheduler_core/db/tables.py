@@ -323,9 +323,11 @@ audit_log = Table(
     Column("before", Json, nullable=True),
     Column("after", Json, nullable=True),
     Column("reason", Text, nullable=True),
+    Column("team", String(64), nullable=True),  # the team it is about; NULL: no one team's (0026)
     Index(None, "at", "id"),
     Index(None, "actor", "at"),
     Index(None, "action", "at"),
+    Index(None, "team", "at", "id"),
     **MYSQL_TABLE_OPTIONS,
 )
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from scheduler_core.access import Access
+from scheduler_core.access import EVERY_TEAM, Access, Scope
 from scheduler_core.errors import ConfigError
 from scheduler_core.statuses import ROLES
 from scheduler_core.store.logins import FailureCounts, LoginFailureRepository, SessionRepository, SessionUser
@@ -350,16 +350,19 @@ class AuditTrail:
         self._repo = AuditRepository(engine)
 
     def record(self, actor: str, action: str, target: str | None, *, before: Any = None, after: Any = None,
-               reason: str | None = None) -> str:
+               reason: str | None = None, team: str | None = None) -> str:
+        """One entry; ``team``: the team it is about when its target does not say (a deleted task's,
+        a bulk action's), else the store reads it from the target (docs/teams.md)."""
         check_optional_text(reason, "reason", MAX_REASON)
         check_optional_text(target, "target", TARGET_MAX)
         check_json(before, "before")
         check_json(after, "after")
-        return self._repo.record(_name("actor", actor), _name("action", action), target, before, after, reason)
+        return self._repo.record(_name("actor", actor), _name("action", action), target, before, after, reason,
+                                 None if team is None else check_team(team, "team"))
 
     def list(self, actor: str | None = None, action: str | None = None, limit: int = 50,
-             offset: int = 0) -> list[AuditEntry]:
+             offset: int = 0, scope: Scope = EVERY_TEAM) -> list[AuditEntry]:
         check_page(limit, offset)
         actor = check_optional_text(actor or None, "actor", MAX_NAME)
         action = check_optional_text(action or None, "action", MAX_NAME)
-        return self._repo.list(actor, action, limit, offset)
+        return self._repo.list(actor, action, limit, offset, scope)

@@ -18,6 +18,7 @@ from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store import journal
 from scheduler_core.store.executions import ExecutionRepository
 from scheduler_core.store.journal import Backfilled, ClaimRequest, ClaimResult, Missed, execution_from_row
+from scheduler_core.store.teams import audit_team
 from scheduler_core.store.transactions import read, write
 
 __all__ = ["INSERT_CHUNK", "Backfilled", "HandoffRepository", "Missed"]
@@ -47,7 +48,8 @@ class HandoffRepository:
             conn.execute(audit_log.insert().values(
                 id=str(uuid.uuid4()), at=db_now_ms(), actor=actor, action="task.backfill", target=target, before=None,
                 after={**after, "queued": len(done.new) + len(done.again), "new": len(done.new),
-                       "again": len(done.again), "already": len(done.already)}, reason=reason))
+                       "again": len(done.again), "already": len(done.already)}, reason=reason,
+                team=audit_team("task.backfill", target)))
             return done
         return write(self.engine, work)
 

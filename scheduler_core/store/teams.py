@@ -78,6 +78,20 @@ def history_in(table: Table, scope: Scope) -> list[ColumnElement[bool]]:
     return [func.coalesce(table.c.team, owner, DEFAULT_TEAM).in_(sorted(scope.teams))]
 
 
+def audit_team(action: str, target: str | None) -> Any:
+    """The team an audit entry is about, as an expression its own INSERT reads (so it is the team
+    at that instant): a task's (``task.*``, the target a task id), an execution's or a log's
+    (``execution.*``, ``log.*``, the target an occurrence id); None when the target names none."""
+    kind = action.partition(".")[0]
+    if target is None or kind not in ("task", "execution", "log"):
+        return None
+    if kind == "task":
+        return select(tasks.c.team).where(tasks.c.id == target).scalar_subquery()
+    owner = select(tasks.c.team).where(tasks.c.id == executions.c.task_id).scalar_subquery()
+    return (select(func.coalesce(executions.c.team, owner, DEFAULT_TEAM))
+            .where(executions.c.occurrence_id == target).scalar_subquery())
+
+
 def grants_of(conn: Connection, name: str) -> dict[str, str]:
     """``name``'s role in each team that grants one (team -> role)."""
     rows = conn.execute(select(team_grants.c.team, team_grants.c.role).where(team_grants.c.username == name))

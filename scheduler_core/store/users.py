@@ -14,6 +14,7 @@ from sqlalchemy import false, func, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.db.account_tables import api_tokens, users
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import audit_log
@@ -21,7 +22,7 @@ from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.statuses import ROLES
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.logins import end_user_sessions
-from scheduler_core.store.teams import grants_of, replace_grants
+from scheduler_core.store.teams import audit_team, grants_of, replace_grants
 from scheduler_core.store.transactions import one_row, read, write
 
 
@@ -259,11 +260,12 @@ class AuditRepository:
         self.engine = engine
 
     def record(self, actor: str, action: str, target: str | None, before: Any = None, after: Any = None,
-               reason: str | None = None) -> str:
+               reason: str | None = None, team: str | None = None) -> str:
+        """One entry; its team is ``team``, else the one its target belongs to (``audit_team``)."""
         entry_id = str(uuid.uuid4())
         write(self.engine, lambda c: c.execute(audit_log.insert().values(
             id=entry_id, at=db_now_ms(), actor=actor, action=action, target=target, before=before, after=after,
-            reason=reason)))
+            reason=reason, team=team if team is not None else audit_team(action, target))))
         return entry_id
 
     def count(self, actor: str, action: str, target: str) -> int:
@@ -273,8 +275,11 @@ class AuditRepository:
         return int(read(self.engine, lambda c: c.execute(query).scalar_one()))
 
     def list(self, actor: str | None = None, action: str | None = None, limit: int = 50,
-             offset: int = 0) -> list[AuditEntry]:
+             offset: int = 0, scope: Scope = EVERY_TEAM) -> list[AuditEntry]:
+        """Entries newest first; for a caller of some teams only (``scope``), those about their teams."""
         query = select(audit_log)
+        if scope.teams is not None:
+            query = query.where(audit_log.c.team.in_(sorted(scope.teams)))
         if actor:
             query = query.where(audit_log.c.actor == actor)
         if action:

@@ -109,3 +109,25 @@ def test_team_namespaces_keep_every_users_roles_in_the_default_team(empty_databa
         assert (task_team, teams) == ("default", ["default"])
     finally:
         close_engine(engine)
+
+
+def test_the_audit_trail_s_entries_about_tasks_and_runs_become_the_default_team_s(
+        empty_database: TestDatabase) -> None:
+    """Migration 0026: entries about tasks, executions and logs were the one team's; the others
+    (users, tokens, templates) are about no one team."""
+    engine = create_engine(empty_database.url)
+    try:
+        upgrade(engine, "0025")
+        with engine.begin() as conn:
+            for n, action in enumerate(("task.create", "execution.resolve_unknown", "log.repair_all", "user.role",
+                                        "token.create", "template.save")):
+                conn.execute(text("INSERT INTO audit_log (id, at, actor, action, target) "
+                                  "VALUES (:i, :a, 'x', :c, 't')"), {"i": f"e{n}", "a": n, "c": action})
+        upgrade(engine)
+        with engine.connect() as conn:
+            teams = dict(conn.execute(text("SELECT action, team FROM audit_log")).all())
+            conn.rollback()
+        assert teams == {"task.create": "default", "execution.resolve_unknown": "default", "log.repair_all": "default",
+                         "user.role": None, "token.create": None, "template.save": None}
+    finally:
+        close_engine(engine)

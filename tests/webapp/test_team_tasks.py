@@ -5,6 +5,7 @@ earlier runs in the team they ran under."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -16,9 +17,9 @@ from werkzeug.security import generate_password_hash
 from scheduler_core import TaskDefinition
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.errors import ConfigError
-from tests.helpers.journal import wait_for_status
+from tests.helpers.journal import db_now, execution_row, insert_rows, wait_for_status
 from tests.webapp.conftest import Auth, csrf_token
-from webapp.node import accounts_of, scheduler_of
+from webapp.node import accounts_of, audit_of, scheduler_of
 
 HOOK = {"kind": "hook"}
 OURS = TaskDefinition(id="ops-report", name="Ops report", cron="0 2 * * *", team="ops", handler=HOOK)
@@ -160,3 +161,38 @@ def test_a_moved_task_leaves_its_runs_with_the_team_they_ran_under(teams_app: Fl
                                   .where(executions.c.task_id == "ops-report")).all())
         conn.rollback()
     assert teams == {ran.occurrence_id: "ops", again.occurrence_id: "default"}
+
+
+def test_the_audit_trail_shows_a_member_their_teams_entries_only(teams_app: Flask) -> None:
+    """An entry is about the team of its task or run (read as it is written); one about no one team
+    (users, tokens) is for global users. A deleted task's entry keeps the team it had."""
+    admin = teams_app.test_client()
+    assert Auth(admin).login().status_code == 302
+    _post(admin, "/tasks/trigger/billing-run", {}, "/tasks/view/billing-run")
+    browser = _member(teams_app, "tess", {"ops": "admin"})
+    _post(browser, "/tasks/trigger/ops-report", {}, "/tasks/view/ops-report")
+    stored = scheduler_of(teams_app).task_ops.get("ops-report")
+    assert _post(browser, "/tasks/delete/ops-report", {"expected_updated_at": str(stored.updated_at)},
+                 "/tasks/delete/ops-report").status_code == 303
+    audit_of(teams_app).record("admin", "user.role", "tess", after={"role": "global-entry-9f"})
+    shown = browser.get("/audit/").get_data(as_text=True)
+    assert "task.trigger" in shown and "task.delete" in shown  # its trigger (its team read as written), its deletion
+    assert "billing-run" not in shown and "global-entry-9f" not in shown
+    everything = admin.get("/audit/").get_data(as_text=True)
+    assert "billing-run" in everything and "ops-report" in everything and "global-entry-9f" in everything
+
+
+def test_another_team_s_unknown_run_is_not_found_and_a_viewer_of_its_team_may_not_resolve_it(
+        teams_app: Flask) -> None:
+    engine = teams_app.extensions["hai_engine"]
+    occurrence = str(uuid.uuid4())
+    insert_rows(engine, executions, [execution_row(occurrence, db_now(engine), "unknown", THEIRS.id)])
+    unknown = scheduler_of(teams_app).execution.get(occurrence)
+    form = {"status": "discarded", "reason": "checked the ledger", "expected_updated_at": str(unknown.updated_at)}
+    outsider = _member(teams_app, "otto", {"ops": "operator"})
+    assert _post(outsider, f"/executions/{occurrence}/resolve", form, "/executions/unknown").status_code == 404
+    assert outsider.get(f"/executions/view/{occurrence}").status_code == 404
+    watcher = _member(teams_app, "wendy", {"ops": "operator", "default": "viewer"})
+    assert watcher.get(f"/executions/view/{occurrence}").status_code == 200
+    assert _post(watcher, f"/executions/{occurrence}/resolve", form, "/executions/unknown").status_code == 403
+    assert scheduler_of(teams_app).execution.get(occurrence).status == "unknown"

@@ -108,12 +108,13 @@ class Caller:
         return self.access.highest or "none"
 
     def audit(self, action: str, target: str | None, *, before: Any = None, after: Any = None,
-              reason: str | None = None) -> None:
+              reason: str | None = None, team: str | None = None) -> None:
         """Record the action as the page does (same action names), actor = the token's user, and
         say it came through the API with which token."""
         via = {"via": "api", "token_id": self.token_id, "token_name": self.token_name}
         shown = {**after, **via} if isinstance(after, dict) else {"value": after, **via}
-        audit_of(current_app).record(self.name, action, target, before=before, after=shown, reason=reason)
+        audit_of(current_app).record(self.name, action, target, before=before, after=shown, reason=reason,
+                                     team=team)
 
 
 # --- problem details ----------------------------------------------------------------------------

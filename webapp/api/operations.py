@@ -26,6 +26,7 @@ from webapp.api.core import FORBIDDEN_CODE, ApiProblem, Caller, not_found, opera
 from webapp.forms import review_errors
 from webapp.logs import REPAIR_ALL_ROUNDS
 from webapp.node import reach_of, scheduler_of
+from webapp.team_scope import audit_team
 
 ALIVE_HEARTBEATS = 3  # a node is alive while its heartbeat is younger than three intervals
 
@@ -155,7 +156,7 @@ def repair_all_logs(caller: Caller) -> s.RepairedAll:
     result = execution.repair_all(REPAIR_ALL_ROUNDS, scope)
     caller.audit("log.repair_all", "log failures", before={"pending": before.label},
                  after={"repaired": result.repaired, "failed": result.failed, "remaining": result.remaining.label,
-                        "rounds": result.rounds})
+                        "rounds": result.rounds}, team=audit_team(scope))
     return s.RepairedAll(repaired=result.repaired, failed=result.failed, remaining=result.remaining.value,
                          remaining_more=result.remaining.more, rounds=result.rounds)
 

@@ -133,7 +133,7 @@ def update_task(caller: Caller, body: Strict, task_id: s.TaskId) -> t.Task:
 def delete_task(caller: Caller, body: s.Version, task_id: s.TaskId) -> t.Deleted:
     task_for(caller.access, task_id, "admin")
     deleted = scheduler_of(current_app).task_ops.delete(task_id, body.expected_updated_at)
-    caller.audit("task.delete", task_id, before=deleted.masked())
+    caller.audit("task.delete", task_id, before=deleted.masked(), team=deleted.team)
     return t.Deleted(id=task_id, deleted=True)
 
 

@@ -88,15 +88,17 @@ def _disable(conn: Connection, reached: dict[str, tuple[int, str]]) -> None:
     tasks version bumped (every node stops planning them), one audit line each."""
     now = db_now_ms()
     ids = sorted(reached)
-    was_enabled = dict(conn.execute(select(tasks.c.id, tasks.c.enabled).where(tasks.c.id.in_(ids))).all())
+    was = {row.id: row for row in conn.execute(select(tasks.c.id, tasks.c.enabled, tasks.c.team)
+                                                .where(tasks.c.id.in_(ids)))}
     conn.execute(update(tasks).where(tasks.c.id.in_(ids)).values(
         enabled=False, limit_reached_at=now, revision=tasks.c.revision + 1,
         updated_at=greatest(conn, now, tasks.c.updated_at + 1)))
     bump_tasks_version(conn)
     conn.execute(audit_log.insert().values([{
         "id": str(uuid.uuid4()), "at": now, "actor": DISABLED_BY, "action": "task.disable", "target": task_id,
-        "before": {"enabled": bool(was_enabled.get(task_id))}, "after": {"enabled": False, "max_runs": runs},
-        "reason": limit_reason(runs, occurrence_id)} for task_id, (runs, occurrence_id) in reached.items()]))
+        "before": {"enabled": bool(was[task_id].enabled) if task_id in was else False},
+        "after": {"enabled": False, "max_runs": runs}, "reason": limit_reason(runs, occurrence_id),
+        "team": was[task_id].team if task_id in was else None} for task_id, (runs, occurrence_id) in reached.items()]))
 
 
 def limit_reason(runs: int, occurrence_id: str) -> str:
