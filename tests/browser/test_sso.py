@@ -1,7 +1,9 @@
 """Single sign-on in a real browser: Chromium goes from a dashboard page to the identity provider's
 sign-in (the npm ``oidc-provider``, tests/helpers/oidc_provider.py), back to the page it asked for,
 and out again through the provider's logout. The dashboard is ``hai-scheduler serve`` configured by
-its ``HAI_OIDC_*`` settings, as the README says, so ``serve`` checks the provider's discovery first."""
+its ``HAI_OIDC_*`` settings, as the README says, so ``serve`` checks the provider's discovery first.
+alice's group makes her an operator of the team ``ops``: she lands on a Tasks page of ``ops``'s
+tasks only (docs/teams.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ from typing import Any
 
 import pytest
 
+from scheduler_core import TaskDefinition
+from scheduler_core.db import close_engine, create_engine, upgrade
+from scheduler_core.runtime.accounts import Accounts
+from scheduler_core.store import TaskRepository
 from tests.browser.conftest import ADMIN_PASSWORD, Dashboard, Screens, _require_browser, served
 from tests.helpers.http_server import RecordingServer
 from tests.helpers.oidc_provider import OidcProvider, require_oidc_provider
@@ -34,12 +40,27 @@ def provider_and_dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator
             as provider, RecordingServer() as receiver:
         (folder / "secret").write_text("browser-secret\n")
         database_url = f"sqlite:///{folder}/dashboard.db"
+        _two_teams(database_url)
         env = {**os.environ, "HAI_DATABASE_URL": database_url, "HAI_ADMIN_PASSWORD": ADMIN_PASSWORD,
                "HAI_OIDC_ISSUER": provider.issuer, "HAI_OIDC_CLIENT_ID": "dashboard",
                "HAI_OIDC_CLIENT_SECRET_FILE": str(folder / "secret"), "HAI_OIDC_NAME": "Example ID",
-               "HAI_OIDC_GROUP_ROLES": "ops=default:operator", "HAI_PUBLIC_URL": url}
+               "HAI_OIDC_GROUP_ROLES": "ops=ops:operator", "HAI_PUBLIC_URL": url}
         with served(env, folder, port) as process:
             yield provider, Dashboard(url, database_url, receiver, {}, process)
+
+
+def _two_teams(database_url: str) -> None:
+    """The team ``ops`` (``serve`` refuses a mapping to a team the database lacks) with a task, and
+    a task of ``default``."""
+    engine = create_engine(database_url)
+    try:
+        upgrade(engine)
+        Accounts(engine).create_team("ops", "Operations")
+        for task in (TaskDefinition(id="ops-nightly", name="Ops nightly", cron="0 2 * * *", team="ops"),
+                     TaskDefinition(id="billing-ledger", name="Billing ledger", cron="0 3 * * *")):
+            TaskRepository(engine).insert(task)
+    finally:
+        close_engine(engine)
 
 
 @contextmanager
@@ -79,6 +100,8 @@ def test_a_person_signs_on_lands_where_they_asked_and_signs_out_at_the_provider_
         _sign_in_at_the_provider(page, provider, "alice")
         page.wait_for_url(dashboard("/tasks/"))
         assert "alice" in page.content()
+        rows = page.locator("table tbody tr").all_inner_texts()
+        assert any("ops-nightly" in row for row in rows) and not any("billing-ledger" in row for row in rows)
         shot(page, "signed-on")
         page.get_by_role("button", name="Log out").click()
         page.wait_for_url(re.compile(re.escape(dashboard("/login")) + r".*"))
