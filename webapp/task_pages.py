@@ -106,5 +106,5 @@ def render_detail(task: TaskDefinition, errors: dict[str, str], typed: dict[str,
                            run_notes=[dst_note(task.cron, task.timezone, ms) for ms in next_runs],
                            history=history, before=request.args.get("before") or None, errors=errors, typed=typed,
                            log_links=log_links(), code_kinds=CODE_KINDS, state=state, blocker_status=blocker,
-                           counts=ops.schedule_counts(task.id),
+                           counts=ops.schedule_counts(task.id, task.team),
                            durations=duration_chart([RecentRun.of(e) for e in recent]))

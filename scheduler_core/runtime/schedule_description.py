@@ -62,8 +62,8 @@ def describe(ops: TaskOperations, audit: AuditRepository, task_id: str) -> Sched
     """``task_id``'s schedule described; TaskNotFoundError when there is no such task."""
     task = ops.get(task_id)
     state = ops.state(task_id)
-    last = ops.occurrences(task_id, LAST_RUNS).rows
-    counts = ops.schedule_counts(task_id)
+    last = ops.occurrences(task_id, LAST_RUNS, team=task.team).rows  # its history in its team (docs/teams.md)
+    counts = ops.schedule_counts(task_id, task.team)
     starts = [task.start_of(minute) for minute in ops.next_runs(task, NEXT_FIRES)]  # after jitter (O8)
     return ScheduleDescription(task.id, state.state, starts, [RecentRun.of(e) for e in last],
                                counts, audit.count(PAUSED_BY, "task.pause", task_id), task.runs_counted,

@@ -283,9 +283,9 @@ class TaskOperations:
             return []
         return task.upcoming(self.now_ms(), count)
 
-    def schedule_counts(self, task_id: str) -> ScheduleCounts:
+    def schedule_counts(self, task_id: str, team: str | None = None) -> ScheduleCounts:
         """What the journal holds of the task's occurrences that did not run (``TaskQueries``)."""
-        return self._queries().schedule_counts(task_id)
+        return self._queries().schedule_counts(task_id, team)
 
     def live_groups(self) -> list[str]:
         """The node groups live nodes serve (a heartbeat within three intervals): the form's suggestions."""

@@ -174,16 +174,18 @@ class TaskQueries:
             executions.c.status == ExecutionStatus.SKIPPED)
         return int(read(self.engine, lambda conn: conn.execute(query).scalar_one()))
 
-    def schedule_counts(self, task_id: str) -> ScheduleCounts:
+    def schedule_counts(self, task_id: str, team: str | None = None) -> ScheduleCounts:
         """What the journal holds of the task's occurrences that did not run: missed minutes (a
         summary row counts the minutes it stands for), skipped ones by reason, and those waiting
-        for its slot now -- with the oldest row the journal still holds (its task index)."""
+        for its slot now -- with the oldest row the journal still holds (its task index); ``team``:
+        only its history in that team (not what it left in a team it moved from)."""
         c = executions.c
+        mine = [c.task_id == task_id] + ([or_(c.team.is_(None), c.team == team)] if team is not None else [])
         by_kind = (select(c.status, c.reason, func.count(), func.sum(func.coalesce(c.missed_count, 1)))
-                   .where(c.task_id == task_id,
-                          c.status.in_([ExecutionStatus.MISSED, ExecutionStatus.SKIPPED, ExecutionStatus.QUEUED]))
+                   .where(*mine, c.status.in_([ExecutionStatus.MISSED, ExecutionStatus.SKIPPED,
+                                               ExecutionStatus.QUEUED]))
                    .group_by(c.status, c.reason))
-        oldest = select(func.min(c.created_at)).where(c.task_id == task_id)
+        oldest = select(func.min(c.created_at)).where(*mine)
 
         def work(conn: Connection) -> ScheduleCounts:
             counts: dict[tuple[str, str | None], int] = {}

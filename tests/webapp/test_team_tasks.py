@@ -153,6 +153,9 @@ def test_a_moved_task_leaves_its_runs_with_the_team_they_ran_under(teams_app: Fl
     default_viewer = _member(teams_app, "dora", {"default": "viewer"})
     page = default_viewer.get("/tasks/view/ops-report").get_data(as_text=True)
     assert again.occurrence_id in page and ran.occurrence_id not in page
+    described = scheduler.describe("ops-report")
+    assert [r.occurrence_id for r in described.last_runs] == [again.occurrence_id]
+    assert described.counts.since_ms == scheduler.execution.get(again.occurrence_id).created_at
 
     current = scheduler.task_ops.get("ops-report")
     scheduler.task_ops.delete("ops-report", current.updated_at)  # deleted: its runs stay default's
