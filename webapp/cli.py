@@ -3,7 +3,7 @@
   hai-scheduler serve [--bind HOST:PORT]           the dashboard under gunicorn, one node per worker
   hai-scheduler create-user NAME --role ROLE       add a user (password asked, or HAI_NEW_PASSWORD)
   hai-scheduler create-token USER [--name N] [--expires-days D]   a personal API token, printed once
-  hai-scheduler teams create ID [--name NAME] | teams list          team namespaces (docs/teams.md)
+  hai-scheduler teams create ID [--name N] | rename ID NAME | delete ID | list   teams (docs/teams.md)
   hai-scheduler db upgrade | db status | node      see scheduler_core/cli.py
 
 Every command reads and checks its settings first (scheduler_core/settings.py): ``serve`` refuses
@@ -48,14 +48,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     user.set_defaults(handler=_create_user)
     add_token_command(commands)
     teams = commands.add_parser("teams", help="team namespaces: create, list (docs/teams.md)")
-    team_commands = teams.add_subparsers(dest="teams_command", required=True, metavar="{create,list}")
+    team_commands = teams.add_subparsers(dest="teams_command", required=True,
+                                         metavar="{create,rename,delete,list}")
     create = team_commands.add_parser("create", help="create a team (then put tasks and people in it)")
     create.add_argument("team_id", metavar="ID", help="lower-case letters, digits and -, up to 64")
     create.add_argument("--name", help="its display name (default: the id)")
     create.set_defaults(handler=_create_team)
+    rename = team_commands.add_parser("rename", help="change a team's display name (its id stays)")
+    rename.add_argument("team_id", metavar="ID")
+    rename.add_argument("name", metavar="NAME")
+    rename.set_defaults(handler=_team_action)
+    remove = team_commands.add_parser("delete", help="delete a team without tasks, and the roles granted in it")
+    remove.add_argument("team_id", metavar="ID")
+    remove.set_defaults(handler=_team_action)
     listing = team_commands.add_parser("list", help="every team, one line each")
     listing.set_defaults(handler=_list_teams)
-    for command in (create, listing):
+    for command in (create, rename, remove, listing):
         command.add_argument("--database-url", help="overrides HAI_DATABASE_URL")
     return dispatch(parser, argv)
 
@@ -68,6 +76,23 @@ def _create_team(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         close_engine(engine)
     print(f"team {team.id!r} created ({team.name})")
+    return 0
+
+
+def _team_action(args: argparse.Namespace, settings: Settings) -> int:
+    engine = create_engine(settings.database)
+    try:
+        upgrade(engine)
+        accounts = Accounts(engine)
+        if args.teams_command == "rename":
+            team = accounts.rename_team(args.team_id, args.name)
+            done = f"team {team.id!r} renamed ({team.name})"
+        else:
+            grants = accounts.delete_team(args.team_id)
+            done = f"team {args.team_id!r} deleted ({grants} role(s) in it removed)"
+    finally:
+        close_engine(engine)
+    print(done)
     return 0
 
 

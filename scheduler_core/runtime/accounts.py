@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from scheduler_core.access import EVERY_TEAM, Access, Scope
+from scheduler_core.access import DEFAULT_TEAM, EVERY_TEAM, Access, Scope
 from scheduler_core.errors import ConfigError
 from scheduler_core.statuses import ROLES
 from scheduler_core.store.logins import FailureCounts, LoginFailureRepository, SessionRepository, SessionUser
@@ -196,6 +196,20 @@ class Accounts:
     def teams(self) -> list[str]:
         """Every team's id, in order."""
         return [team.id for team in self._teams.all()]
+
+    def rename_team(self, team_id: str, name: str) -> Team:
+        """A team's display name (its id stays)."""
+        check_team(team_id, "team")
+        shown_name = check_text(name.strip() if isinstance(name, str) else name, "name", TEAM_NAME_MAX,
+                                single_line=True)
+        return self._teams.rename(team_id, shown_name)
+
+    def delete_team(self, team_id: str) -> int:
+        """Delete a team without tasks (``default`` stays), and the roles granted in it (how many)."""
+        check_team(team_id, "team")
+        if team_id == DEFAULT_TEAM:
+            raise ConfigError("team", "default is every installation's team and stays")
+        return self._teams.delete(team_id)
 
     def team_list(self) -> list[Team]:
         """Every team (id, display name, times), by id."""

@@ -19,7 +19,8 @@ from scheduler_core.db.clock import db_now_ms, to_ms
 from scheduler_core.db.tables import executions, logs, tasks
 from scheduler_core.errors import ConfigError
 from scheduler_core.statuses import ROLES
-from scheduler_core.store.transactions import read, write
+from scheduler_core.store.dialect import greatest
+from scheduler_core.store.transactions import one_row, read, write
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,39 @@ class TeamRepository:
             return _team(conn.execute(select(teams).where(teams.c.id == team_id)).one())
         return write(self.engine, work)
 
+    def rename(self, team_id: str, name: str) -> Team:
+        """A team's display name (its id never changes); ConfigError naming ``team`` when there is none."""
+        def work(conn: Connection) -> Team:
+            changed = conn.execute(update(teams).where(teams.c.id == team_id).values(
+                name=name, updated_at=greatest(conn, db_now_ms(), teams.c.updated_at + 1)))
+            if not one_row(changed, f"renaming team {team_id!r}"):
+                raise ConfigError("team", f"names no team here: {team_id!r}")
+            return _team(conn.execute(select(teams).where(teams.c.id == team_id)).one())
+        return write(self.engine, work)
+
+    def delete(self, team_id: str) -> int:
+        """Delete a team that has no task, and every role granted in it (how many). The team's row
+        is locked first and its tasks read after: a task being put in it meanwhile (which holds the
+        row shared, ``check_team_exists``) is waited for and seen, so no task is left in no team.
+        Its history and audit entries keep its id."""
+        def work(conn: Connection) -> int:
+            if conn.execute(select(teams.c.id).where(teams.c.id == team_id).with_for_update()).first() is None:
+                raise ConfigError("team", f"names no team here: {team_id!r}")
+            held = len(conn.execute(select(tasks.c.id).where(tasks.c.team == team_id).limit(101)
+                                    .with_for_update(read=True)).all())
+            if held:
+                count = "more than 100" if held > 100 else str(held)
+                raise ConfigError("team", f"{team_id!r} still has {count} task(s): move or delete them first")
+            grants = conn.execute(delete(team_grants).where(team_grants.c.team == team_id)).rowcount
+            conn.execute(delete(teams).where(teams.c.id == team_id))
+            return int(grants or 0)
+        return write(self.engine, work)
+
 
 def check_team_exists(conn: Connection, team: str, field: str = "team") -> None:
-    """``team`` is a team here; ``ConfigError`` naming ``field`` otherwise."""
-    if conn.execute(select(teams.c.id).where(teams.c.id == team)).first() is None:
+    """``team`` is a team here (its row held shared until the caller commits: it cannot be deleted
+    under a task being put in it); ``ConfigError`` naming ``field`` otherwise."""
+    if conn.execute(select(teams.c.id).where(teams.c.id == team).with_for_update(read=True)).first() is None:
         raise ConfigError(field, f"names no team here: {team!r}")
 
 

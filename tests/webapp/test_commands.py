@@ -277,6 +277,28 @@ def test_teams_are_created_and_listed_and_a_bad_id_is_named(tmp_path: Path) -> N
     assert bad.returncode == 1 and "team: must be a team id" in _one_line_error(bad, "team")
     listed = _run(["teams", "list"], tmp_path, HAI_DATABASE_URL=url)
     assert listed.stdout.splitlines() == ["default\tDefault", "payments\tPayments"]
+    renamed = _run(["teams", "rename", "payments", "Payments & Billing"], tmp_path, HAI_DATABASE_URL=url)
+    assert renamed.stdout.strip() == "team 'payments' renamed (Payments & Billing)", renamed.stderr
+    assert "team: names no team here: 'nowhere'" in _one_line_error(
+        _run(["teams", "rename", "nowhere", "X"], tmp_path, HAI_DATABASE_URL=url), "team")
+    assert "default is every installation's team" in _one_line_error(
+        _run(["teams", "delete", "default"], tmp_path, HAI_DATABASE_URL=url), "team")
+    engine = create_engine(url)
+    try:
+        accounts = Accounts(engine)
+        accounts.create("pat", "viewer", "x")
+        accounts.set_grants("pat", {"payments": "operator"}, accounts.get("pat").updated_at)
+        from scheduler_core import TaskDefinition
+        from scheduler_core.store import TaskRepository
+        TaskRepository(engine).insert(TaskDefinition(id="ledger", name="Ledger", cron="0 1 * * *", team="payments"))
+        refused = _run(["teams", "delete", "payments"], tmp_path, HAI_DATABASE_URL=url)
+        assert "'payments' still has 1 task(s)" in _one_line_error(refused, "team")
+        TaskRepository(engine).delete("ledger")
+        gone = _run(["teams", "delete", "payments"], tmp_path, HAI_DATABASE_URL=url)
+        assert gone.stdout.strip() == "team 'payments' deleted (1 role(s) in it removed)", gone.stderr
+        assert accounts.grants("pat") == {} and accounts.teams() == ["default"]
+    finally:
+        close_engine(engine)
 
 
 def test_serve_names_a_mapped_team_the_dashboard_does_not_have(tmp_path: Path) -> None:

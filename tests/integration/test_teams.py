@@ -1,0 +1,55 @@
+"""Teams on every database (docs/teams.md): a team is deleted only without tasks, and never from
+under a task being put in it at the same instant."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from scheduler_core import TaskDefinition
+from scheduler_core.errors import ConfigError
+from scheduler_core.runtime.accounts import Accounts
+from scheduler_core.store import TaskRepository
+
+
+def test_a_team_being_given_a_task_is_not_deleted_under_it(engine: Engine) -> None:
+    """The task's INSERT holds the team's row shared until it commits; the deletion locks the row,
+    waits, then counts the team's tasks and refuses. Without the lock both commit: a task in no team."""
+    accounts = Accounts(engine)
+    accounts.create_team("payments")
+    repo = TaskRepository(engine)
+    outcome: list[object] = []
+    with engine.connect() as conn, conn.begin():
+        repo.insert(TaskDefinition(id="ledger", name="Ledger", cron="0 1 * * *", team="payments"), conn)
+
+        def delete() -> None:
+            try:
+                outcome.append(accounts.delete_team("payments"))
+            except ConfigError as exc:
+                outcome.append(exc)
+
+        deleting = threading.Thread(target=delete)
+        deleting.start()
+        time.sleep(1.0)  # the deletion is under way: it must wait for this transaction
+        assert outcome == [], f"deleted while a task was being put in the team: {outcome}"
+    deleting.join(timeout=60)
+    assert len(outcome) == 1 and isinstance(outcome[0], ConfigError), outcome
+    assert "still has 1 task(s)" in str(outcome[0])
+    assert accounts.teams() == ["default", "payments"] and repo.get("ledger").team == "payments"
+
+
+def test_a_team_without_tasks_is_deleted_with_its_roles_and_default_stays(engine: Engine) -> None:
+    accounts = Accounts(engine)
+    accounts.create_team("payments")
+    accounts.create("pat", "viewer", "x")
+    accounts.set_grants("pat", {"payments": "operator", "default": "viewer"}, accounts.get("pat").updated_at)
+    assert accounts.delete_team("payments") == 1
+    assert accounts.grants("pat") == {"default": "viewer"} and accounts.teams() == ["default"]
+    with pytest.raises(ConfigError) as caught:
+        accounts.delete_team("default")
+    assert caught.value.field == "team"
+    with pytest.raises(ConfigError):
+        accounts.delete_team("payments")
