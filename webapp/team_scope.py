@@ -4,7 +4,8 @@
 that does not exist, so a guess learns nothing) and answers 403 when the caller's role in its team
 is below what the action needs. ``check_placement`` refuses to put a task in a team the caller is
 not an admin of (a ConfigError naming ``team``, worded alike whether the team exists or not);
-``team_choices`` are the teams the task form offers.
+``team_choices`` are the teams the task form offers; ``audit_team`` is the team a bulk action's
+audit entry is about.
 """
 
 from __future__ import annotations
