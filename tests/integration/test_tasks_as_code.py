@@ -322,5 +322,5 @@ def test_the_command_runs_as_a_process(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == "error: hai:scheduler:012 tasks.a.colour: is not a task field (line 2; the fields: id, " \
-                          "name, cron, description, timezone, enabled, calendar, delete_after_run, idempotent, " \
+                          "name, cron, team, description, timezone, enabled, calendar, delete_after_run, idempotent, " \
                           f"retry, handler, params, node_group, catchup{_LATER_FIELDS})\n"

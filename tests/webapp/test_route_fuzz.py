@@ -57,7 +57,7 @@ TASK_FORM: dict[str, Field] = {
     "body": "", "timeout": "", "enabled": "1", "idempotent": None, "delete_after_run": None,  # None: unchecked
     "node_group": "", "catchup_policy": "none", "catchup_window_ms": "3600000", "runbook_url": "",
     "overlap_policy": "skip", "overlap_buffer_limit": "10", "pause_on_failure": "", "max_runs": "", "jitter_ms": "",
-    "owner": "", "calendar_from": "", "calendar_until": "", "calendar_exclude": "",
+    "owner": "", "calendar_from": "", "calendar_until": "", "calendar_exclude": "", "team": "default",
 }
 TASK_VERSION = _version(lambda w: scheduler_of(w.app).task_ops.get(w.task_of(w.endpoint)).updated_at)
 USER_VERSION = _version(lambda w: getattr(accounts_of(w.app).get("walk"), "updated_at", 1))
