@@ -38,7 +38,7 @@ from webapp.node import scheduler_of
 from webapp.pause_form import pause_end
 from webapp.task_form import CODE_KINDS, CODE_REFUSED, TaskForm
 from webapp.task_pages import HISTORY_PAGE, log_links, render_detail, render_form, schedule_preview, search_error
-from webapp.team_scope import check_placement, task_for, team_choices
+from webapp.team_scope import check_placement, repeated_key, task_for, team_choices
 
 bp = Blueprint("tasks", __name__, url_prefix="/tasks")
 PAGE = 50
@@ -259,8 +259,8 @@ def trigger(task_id: str) -> ResponseReturnValue:
     task = task_for(g.user.access, task_id, "operator")
     key = request.form.get("idempotency_key", "").strip() or None
     source = request.form.get("source", "").strip() or f"dashboard:{g.user.name}"
-    existed = scheduler.repeated_occurrence(task_id, key) is not None
     try:
+        existed = repeated_key(g.user.access, task_id, key)
         occurrence = scheduler.submit(task_id, source=source, idempotency_key=key)
     except ConfigError as exc:
         return render_detail(task, {exc.field: exc.message.removeprefix(f"{exc.field}: ")},
@@ -282,7 +282,7 @@ def rerun(task_id: str, occurrence_id: str) -> ResponseReturnValue:
     scheduler = scheduler_of(current_app)
     task_for(g.user.access, task_id, "operator")
     try:
-        original = scheduler.execution.get(occurrence_id)
+        original = scheduler.execution.get(occurrence_id, g.user.access.scope())  # not one it left in another team
     except ExecutionNotFoundError:
         original = None
     if original is None or original.task_id != task_id:

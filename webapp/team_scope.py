@@ -5,7 +5,8 @@ that does not exist, so a guess learns nothing) and answers 403 when the caller'
 is below what the action needs. ``check_placement`` refuses to put a task in a team the caller is
 not an admin of (a ConfigError naming ``team``, worded alike whether the team exists or not);
 ``team_choices`` are the teams the task form offers; ``audit_team`` is the team a bulk action's
-audit entry is about.
+audit entry is about; ``repeated_key`` keeps a trigger's idempotency key from answering another
+team's run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from flask import current_app
 from werkzeug.exceptions import Forbidden
 
 from scheduler_core.access import Access, Scope
-from scheduler_core.errors import ConfigError
+from scheduler_core.errors import ConfigError, ExecutionNotFoundError
 from scheduler_core.model import TaskDefinition
 from webapp.node import accounts_of, scheduler_of
 
@@ -25,6 +26,21 @@ def task_for(access: Access, task_id: str, role: str = "viewer") -> TaskDefiniti
     if not access.can(role, task.team):
         raise Forbidden(f"this needs the {role} role in team {task.team}")
     return task
+
+
+def repeated_key(access: Access, task_id: str, key: str | None) -> bool:
+    """Whether ``key`` already named a manual run of ``task_id`` (the trigger then answers that run).
+    A run of that id and key left in another team (the task moved, or its id was reused) is not
+    answered: ConfigError naming ``idempotency_key``."""
+    scheduler = scheduler_of(current_app)
+    existing = scheduler.repeated_occurrence(task_id, key)
+    if existing is None:
+        return False
+    try:
+        scheduler.execution.get(existing, access.scope())
+    except ExecutionNotFoundError:
+        raise ConfigError("idempotency_key", "was used for this task id in another team: choose another key") from None
+    return True
 
 
 def check_placement(access: Access, team: str, field: str = "team") -> None:

@@ -6,6 +6,10 @@ application, one transaction per task, each a compare-and-set on the ``updated_a
 - delete (``--prune`` only): a task of this source and of the file's team that the file no longer
   lists; a task made on the dashboard, by another source or in another team is never deleted;
 - unchanged: the same definition (``TaskDefinition.same_definition``): a second apply writes nothing.
+
+A file never moves a task between teams: an entry for a task stored in another team refuses the
+whole apply (a file written before teams, without ``team:``, would otherwise pull every task put
+in another team back to ``default``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from scheduler_core.errors import ConflictError
+from scheduler_core.errors import ConfigError, ConflictError
 from scheduler_core.model import UPDATABLE_FIELDS, TaskDefinition
 from scheduler_core.runtime.scheduler import Scheduler
 from scheduler_core.runtime.task_files import TaskFile
@@ -113,6 +117,10 @@ def plan(scheduler: Scheduler, task_file: TaskFile, source: str, prune: bool) ->
     steps = []
     for wanted in task_file.tasks:
         current = stored.get(wanted.id)
+        if current is not None and current.team != task_file.team:  # never moved by a file (docs/teams.md)
+            raise ConfigError(f"tasks.{wanted.id}.team", f"is a task of team {current.team!r}; this file applies "
+                                                         f"to team {task_file.team!r} (its top-level team:): apply it "
+                                                         "from a file of that team, or move it on the dashboard")
         if current is not None and _spent(current, wanted):  # a file applied again grants no new runs
             wanted = replace(wanted, enabled=False)
         if current is None:

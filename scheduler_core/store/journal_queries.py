@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Select, String, and_, bindparam, func, select, tuple_, union_all
+from sqlalchemy import ColumnElement, Select, String, and_, bindparam, func, or_, select, tuple_, union_all
 from sqlalchemy.engine import Connection, Engine, Row
 
 from scheduler_core.access import EVERY_TEAM, Scope
@@ -145,7 +145,10 @@ def recent_runs_query(task_ids: Sequence[str], runs: int) -> tuple[Select[Any], 
 
 @functools.lru_cache(maxsize=32)
 def _recent_runs_statement(count: int, runs: int) -> Select[Any]:
-    newest = [select(*RUN_COLUMNS).where(executions.c.task_id == bindparam(f"task_{n}", type_=String()))
+    # A row the task left in a team it moved from is not its run here (docs/teams.md).
+    its_team = or_(executions.c.team.is_(None), executions.c.team == select(tasks.c.team).where(
+        tasks.c.id == executions.c.task_id).scalar_subquery())
+    newest = [select(*RUN_COLUMNS).where(executions.c.task_id == bindparam(f"task_{n}", type_=String()), its_team)
               .order_by(executions.c.created_at.desc(), executions.c.occurrence_id.desc()).limit(runs)
               .subquery(f"runs_{n}") for n in range(count)]
     # each member is wrapped (SELECT * FROM (...)): SQLite takes no ORDER BY / LIMIT on a bare member

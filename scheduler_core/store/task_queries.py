@@ -55,10 +55,12 @@ class StoredTask:
 
 
 def _last_execution_of_task(column: str = "occurrence_id") -> Select[Any]:
-    """``column`` of the newest journal row of the task in the enclosing query (correlated on
-    ``tasks``; the journal is aliased so that it never binds to an outer ``executions``)."""
+    """``column`` of the newest journal row of the task in the enclosing query, in its team (not a
+    row it left in a team it moved from: docs/teams.md; correlated on ``tasks``; the journal is
+    aliased so that it never binds to an outer ``executions``)."""
     latest = executions.alias("latest")
-    return (select(latest.c[column]).where(latest.c.task_id == tasks.c.id)
+    return (select(latest.c[column]).where(latest.c.task_id == tasks.c.id,
+                                           or_(latest.c.team.is_(None), latest.c.team == tasks.c.team))
             .order_by(latest.c.created_at.desc(), latest.c.occurrence_id.desc()).limit(1)
             .correlate(tasks))
 
@@ -85,8 +87,9 @@ def _conditions(search: TaskFilter) -> list[ColumnElement[bool]]:
     if search.kind is not None:
         conditions.append(_handler_kind() == search.kind)
     if search.status == NEVER_RUN:
-        conditions.append(~exists(select(executions.c.occurrence_id).where(executions.c.task_id == tasks.c.id)
-                                  .correlate(tasks)))
+        conditions.append(~exists(select(executions.c.occurrence_id).where(
+            executions.c.task_id == tasks.c.id, or_(executions.c.team.is_(None), executions.c.team == tasks.c.team))
+            .correlate(tasks)))
     elif search.status is not None:
         latest = _last_execution_of_task("status").scalar_subquery()
         conditions.append(latest == search.status)

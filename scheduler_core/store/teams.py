@@ -100,11 +100,17 @@ def freeze_history(conn: Connection, task_id: str, team: str) -> None:
 
 def history_in(table: Table, scope: Scope) -> list[ColumnElement[bool]]:
     """The condition that a history row (``executions`` or ``logs``) is of a team in ``scope``: its
-    own ``team`` when a move or deletion wrote it, else its task's (a row of a task deleted before
-    teams existed is ``default``'s). None of it for every team: a global caller's reads are as they were."""
+    own ``team`` when a move or deletion wrote it; a log row, else its execution's (a run that
+    finished after its task moved writes its log later, with no team); else its task's (a row of a
+    task deleted before teams existed is ``default``'s: migration 0026). No condition at all for
+    every team: a global caller's reads are as they were."""
     if scope.teams is None:
         return []
     owner = select(tasks.c.team).where(tasks.c.id == table.c.task_id).correlate(table).scalar_subquery()
+    if table is logs:
+        run = (select(executions.c.team).where(executions.c.occurrence_id == logs.c.occurrence_id)
+               .correlate(logs).scalar_subquery())
+        return [func.coalesce(logs.c.team, run, owner, DEFAULT_TEAM).in_(sorted(scope.teams))]
     return [func.coalesce(table.c.team, owner, DEFAULT_TEAM).in_(sorted(scope.teams))]
 
 
@@ -134,7 +140,8 @@ def check_grants(conn: Connection, grants: Mapping[str, str], field: str = "gran
         if role not in ROLES:
             raise ConfigError(field, f"must name roles among {', '.join(ROLES)} (got {role!r})")
     if grants:
-        known = set(conn.execute(select(teams.c.id).where(teams.c.id.in_(list(grants)))).scalars())
+        known = set(conn.execute(select(teams.c.id).where(teams.c.id.in_(list(grants)))  # held: not deleted under it
+                                 .with_for_update(read=True)).scalars())
         unknown = sorted(set(grants) - known)
         if unknown:
             raise ConfigError(field, f"names no team here: {unknown[0]!r}")

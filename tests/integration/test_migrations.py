@@ -16,6 +16,7 @@ from scheduler_core.db import close_engine, create_engine, migration_state, upgr
 from scheduler_core.db.migrate import VERSION_TABLE, head_revision
 from scheduler_core.db.tables import executions, metadata, slots
 from tests.conftest import TestDatabase
+from tests.helpers.journal import execution_row
 
 
 def _cli_upgrade(url: str) -> subprocess.Popen[str]:
@@ -111,10 +112,11 @@ def test_team_namespaces_keep_every_users_roles_in_the_default_team(empty_databa
         close_engine(engine)
 
 
-def test_the_audit_trail_s_entries_about_tasks_and_runs_become_the_default_team_s(
+def test_the_audit_trail_s_and_deleted_tasks_entries_become_the_default_team_s(
         empty_database: TestDatabase) -> None:
     """Migration 0026: entries about tasks, executions and logs were the one team's; the others
-    (users, tokens, templates) are about no one team."""
+    (users, tokens, templates) are about no one team. Runs of a task deleted before teams are
+    ``default``'s (not whichever team reuses the id); a live task's keep following it."""
     engine = create_engine(empty_database.url)
     try:
         upgrade(engine, "0025")
@@ -123,11 +125,18 @@ def test_the_audit_trail_s_entries_about_tasks_and_runs_become_the_default_team_
                                         "token.create", "template.save")):
                 conn.execute(text("INSERT INTO audit_log (id, at, actor, action, target) "
                                   "VALUES (:i, :a, 'x', :c, 't')"), {"i": f"e{n}", "a": n, "c": action})
+            conn.execute(text("INSERT INTO tasks (id, name, cron, timezone, enabled, delete_after_run, idempotent, "
+                              "revision, created_at, updated_at) VALUES ('kept', 'k', '* * * * *', 'UTC', :t, :f, "
+                              ":f, 1, 1, 1)"), {"t": True, "f": False})
+            conn.execute(insert(executions), [execution_row("o-kept", 1, task_id="kept"),
+                                              execution_row("o-gone", 1, task_id="deleted-long-ago")])
         upgrade(engine)
         with engine.connect() as conn:
             teams = dict(conn.execute(text("SELECT action, team FROM audit_log")).all())
+            runs = dict(conn.execute(text("SELECT occurrence_id, team FROM executions")).all())
             conn.rollback()
         assert teams == {"task.create": "default", "execution.resolve_unknown": "default", "log.repair_all": "default",
                          "user.role": None, "token.create": None, "template.save": None}
+        assert runs == {"o-kept": None, "o-gone": "default"}  # a live task's runs follow it; an orphan's stay
     finally:
         close_engine(engine)

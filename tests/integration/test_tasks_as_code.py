@@ -163,6 +163,11 @@ def test_a_file_applies_to_one_team_and_prune_never_touches_another_teams_tasks(
     mixed = cli.file("team: ops\ntasks: [{id: sneaky, name: S, cron: '0 6 * * *', team: default}]", "mixed.yaml")
     code, _, err = cli("tasks", "apply", mixed)
     assert code == 1 and "tasks.sneaky.team: the file applies to team 'ops'" in err and "sneaky" not in _stored(engine)
+    moved = cli.file("team: ops\ntasks: [{id: nightly, name: Nightly report, cron: '0 2 * * *'}]", "pull.yaml")
+    before = _stored(engine)
+    code, _, err = cli("tasks", "apply", moved)  # default's task named in a file of ops: never moved by a file
+    assert code == 1 and "tasks.nightly.team: is a task of team 'default'; this file applies to team 'ops'" in err
+    assert _stored(engine) == before and TaskRepository(engine).get("nightly").team == "default"
     code, _, err = cli("tasks", "apply", cli.file("team: Ops!\ntasks: []", "bad.yaml"))
     assert code == 1 and "team: must be a team id" in err
     code, out, err = cli("tasks", "export", "--team", "ops")

@@ -5,6 +5,7 @@ earlier runs in the team they ran under."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
+from scheduler_core.access import Scope
 from scheduler_core.db.tables import executions, logs
 from scheduler_core.errors import ConfigError
 from tests.helpers.journal import db_now, execution_row, insert_rows, wait_for_status
@@ -199,3 +201,42 @@ def test_another_team_s_unknown_run_is_not_found_and_a_viewer_of_its_team_may_no
     assert watcher.get(f"/executions/view/{occurrence}").status_code == 200
     assert _post(watcher, f"/executions/{occurrence}/resolve", form, "/executions/unknown").status_code == 403
     assert scheduler_of(teams_app).execution.get(occurrence).status == "unknown"
+
+
+def test_a_run_that_ends_after_its_task_moved_is_the_team_s_it_began_in(teams_app: Flask) -> None:
+    """Its journal row is frozen by the move; its log row is written at its end, with no team: it
+    is its run's team's (ops), not the task's new one (default). What the task left in ops is not
+    its history in default: not its last outcome, not in the run grid, not rerun, and a trigger's
+    idempotency key used in ops does not answer that run."""
+    release = threading.Event()
+    scheduler = scheduler_of(teams_app)
+    scheduler.set_hooks({"on_task_execute": lambda event: release.wait(30) and "done"})
+    scheduler.start()
+    release.set()
+    keyed = scheduler.trigger("ops-report", idempotency_key="k-ops")  # ran in ops, by key
+    release.clear()
+    occurrence = scheduler.submit("ops-report")
+    wait_for_status(scheduler, occurrence, "running")
+    stored = scheduler.task_ops.get("ops-report")
+    scheduler.update_task("ops-report", expected_updated_at=stored.updated_at, team="default")
+    release.set()
+    done = wait_for_status(scheduler, occurrence, "success")
+    ops, default = Scope(frozenset({"ops"})), Scope(frozenset({"default"}))
+    log_id = done.attempts[0].log_id
+    assert scheduler.execution.log(log_id, ops) is not None and scheduler.execution.log(log_id, default) is None
+    assert [r.id for r in scheduler.execution.log_page(task_id="ops-report", scope=default).rows] == []
+    assert {e.occurrence_id for e in scheduler.execution.page(task_id="ops-report", scope=ops).rows} == \
+        {occurrence, keyed.occurrence_id}
+    assert scheduler.execution.page(task_id="ops-report", scope=default).rows == []
+    (row,) = scheduler.task_ops.search("ops-report", scope=default).rows  # its last outcome: none in default
+    assert row.last is None
+    assert "ops-report" in [r.id for r in scheduler.task_ops.search("status:never", scope=default).rows]
+    assert scheduler.task_ops.grid("ops-report", scope=default).rows[0].runs == []
+    newcomer = _member(teams_app, "nina", {"default": "operator"})  # an operator of the task's team now
+    assert _post(newcomer, f"/tasks/rerun/{occurrence}/ops-report", {}, "/tasks/view/ops-report").status_code == 404
+    client, token = teams_app.test_client(), _token(teams_app, "nina")
+    answer = client.post("/api/v1/tasks/trigger/ops-report", headers=token, json={"idempotency_key": "k-ops"})
+    assert (answer.status_code, answer.get_json()["field"]) == (422, "idempotency_key")
+    assert keyed.occurrence_id not in answer.get_data(as_text=True)
+    fresh = client.post("/api/v1/tasks/trigger/ops-report", headers=token, json={"idempotency_key": "k-default"})
+    assert fresh.status_code == 202 and fresh.get_json()["existing"] is False

@@ -28,7 +28,7 @@ from webapp.api.core import CONFLICT_CODE, ApiProblem, Caller, operation
 from webapp.api.schemas import Strict
 from webapp.node import scheduler_of
 from webapp.task_form import CODE_KINDS, CODE_REFUSED
-from webapp.team_scope import check_placement, task_for
+from webapp.team_scope import check_placement, repeated_key, task_for
 
 MAX_PAUSE_MINUTES = t.MAX_PAUSE_MINUTES
 
@@ -180,7 +180,7 @@ def trigger_task(caller: Caller, body: t.TriggerIn, task_id: s.TaskId) -> t.Trig
     task_for(caller.access, task_id, "operator")
     key = (body.idempotency_key or "").strip() or None
     source = (body.source or "").strip() or f"api:{caller.name}"
-    existed = scheduler.repeated_occurrence(task_id, key) is not None
+    existed = repeated_key(caller.access, task_id, key)
     occurrence = scheduler.submit(task_id, source=source, idempotency_key=key)
     execution = scheduler.execution.get(occurrence)
     caller.audit("task.trigger", task_id, after={"occurrence_id": occurrence, "status": execution.status,
