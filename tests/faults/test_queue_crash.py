@@ -2,9 +2,10 @@
 
 Messages held by do-not-disturb are released to two node processes delivering to a real
 webhook receiver on 127.0.0.1 (tests/helpers/http_server.py), half through an idempotent
-provider (Idempotency-Key: the queue id) and half through a plain one. One node is SIGKILLed
-while both have requests in flight (up to ``queue.concurrency``, default 4, each); this
-process then runs rounds (as a third node) until every message is settled. At the receiver, nothing may be lost:
+provider (Idempotency-Key: the queue id) and half through a plain one. One node (whose
+receiver never answers in time) is SIGKILLed while both have requests in flight (up to
+``queue.concurrency``, default 4, each); this process then runs rounds (as a third node) until
+every message is settled. At the receiver, nothing may be lost:
 
 - every message ends ``sent``, ``dead`` or ``unknown`` -- never still pending, never gone;
 - a ``sent`` message reached the receiver; a plain one exactly once;
@@ -151,7 +152,11 @@ def test_a_node_killed_while_sending_loses_no_message(database: TestDatabase, en
         assert receiver.requests == []
 
         ready = tmp_path / "ready"
-        procs = [_spawn(database, engine, name, ready, _labelled(config, name)) for name in ("doomed", "steady")]
+        # The doomed node's answers never come before its kill (a 0.6 s answer could come between
+        # seeing it pending and the SIGKILL on a loaded host, and then nothing was cut off).
+        hanging = {**config, "providers": [{**p, "url": receiver.url("/slow/30")} for p in config["providers"]]}
+        procs = [_spawn(database, engine, "doomed", ready, _labelled(hanging, "doomed")),
+                 _spawn(database, engine, "steady", ready, _labelled(config, "steady"))]
         try:
             wait_for(lambda: len(receiver.requests) >= 4 and _both_sending(receiver), "both nodes to be sending", procs)
             procs[0].send_signal(signal.SIGKILL)
