@@ -7,12 +7,14 @@ turns that skip into a failure (CI sets it).
 
 Every test gets a clean database of its own: a file in ``tmp_path`` for SQLite, a fresh
 database for PostgreSQL (cloned from a migrated template when the test wants the schema)
-and MySQL. Teardown checks that the test left no connection checked out.
+and MySQL (its tables made from a migrated template's DDL: MariaDB has no template databases).
+Teardown checks that the test left no connection checked out.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -172,11 +174,52 @@ def _migrated_pg_template() -> str:
     return _pg_template["name"]
 
 
+_mysql_template: dict[str, Any] = {}
+
+
+def _migrated_mysql_template() -> dict[str, Any]:
+    """A migrated MariaDB database per test process, and what a copy of it takes: each table's
+    ``SHOW CREATE TABLE`` (its columns, keys, collation; no AUTO_INCREMENT counter) and the tables
+    the migrations put rows in. MariaDB has no CREATE DATABASE ... TEMPLATE: a per-test database
+    is built from these in about 0.2 s, where running the migrations takes about 3 s."""
+    if "name" not in _mysql_template:
+        url = create_database("mysql")
+        engine = create_engine(url)
+        try:
+            upgrade(engine)
+            with engine.connect() as conn:
+                tables = list(conn.execute(text("SHOW TABLES")).scalars())
+                ddl = [re.sub(r" AUTO_INCREMENT=\d+", "", conn.execute(text(f"SHOW CREATE TABLE `{t}`")).one()[1])
+                       for t in tables]
+                seeded = [t for t in tables if conn.execute(text(f"SELECT 1 FROM `{t}` LIMIT 1")).first()]
+        finally:
+            close_engine(engine)
+        assert not any("%" in statement for statement in ddl), "a % in the DDL: the driver would read it"
+        _mysql_template.update(name=make_url(url).database or "", url=url, ddl=ddl, seeded=seeded)
+    return _mysql_template
+
+
+def _copy_mysql_template(url: str) -> None:
+    """Fill the new, empty database at ``url`` as the migrations would (from the template)."""
+    template = _migrated_mysql_template()
+    engine = create_engine({"url": url, "pool_size": 1})
+    try:
+        with engine.begin() as conn:
+            for statement in template["ddl"]:
+                conn.exec_driver_sql(statement)
+            for table in template["seeded"]:
+                conn.execute(text(f"INSERT INTO `{table}` SELECT * FROM {template['name']}.`{table}`"))
+    finally:
+        close_engine(engine)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _drop_pg_template() -> Iterator[None]:
     yield
     if "url" in _pg_template:
         drop_database("postgresql", _pg_template["url"])
+    if "url" in _mysql_template:
+        drop_database("mysql", _mysql_template["url"])
 
 
 @pytest.fixture(params=BACKENDS)
@@ -202,6 +245,8 @@ def _database(kind: str, tmp_path: object, migrated: bool) -> Iterator[TestDatab
     template = _migrated_pg_template() if migrated and kind == "postgresql" else None
     url = create_database(kind, template)
     try:
+        if migrated and kind == "mysql":
+            _copy_mysql_template(url)
         yield TestDatabase(kind, url)
     finally:
         drop_database(kind, url)
@@ -215,7 +260,7 @@ def empty_database(backend: str, tmp_path: object) -> Iterator[TestDatabase]:
 
 def _migrated_database(kind: str, tmp_path: object) -> Iterator[TestDatabase]:
     for db in _database(kind, tmp_path, migrated=True):
-        if kind != "postgresql":  # PostgreSQL databases are cloned from a migrated template
+        if kind == "sqlite":  # the servers' databases are copies of a migrated template
             engine = create_engine(db.url)
             try:
                 upgrade(engine)
