@@ -63,6 +63,11 @@ class Access:
         """``role`` or higher: in ``team``, or (None) in some team."""
         return rank(self.role_in(team) if team is not None else self.highest) >= rank(role)
 
+    def may(self, role: str, owner: str | None) -> bool:
+        """``role`` or higher on an object of team ``owner``; None: an object of no one team
+        (every team's, e.g. a message about a node), which needs the global role."""
+        return rank(self.role_in(owner) if owner is not None else self.global_role) >= rank(role)
+
     def teams(self, role: str = "viewer") -> frozenset[str] | None:
         """The teams where the user has ``role`` or higher; None: every team (a global role)."""
         if rank(self.global_role) >= rank(role):

@@ -43,6 +43,7 @@ from webapp import (
     overview,
     task_backfill,
     tasks,
+    teams,
     timeline,
     users,
 )
@@ -128,7 +129,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["hai_reach"] = make_reach(app, scheduler)
     bootstrap_admin(accounts_of(app), app.config.get("ADMIN_PASSWORD"))
     for module in (health, auth, overview, tasks, task_backfill, timeline, run_history, executions, logs, notifications,
-                   alerts, nodes, audit, users):
+                   alerts, nodes, audit, users, teams):
         app.register_blueprint(module.bp)
     app.register_blueprint(user_tokens_blueprint)
     app.register_blueprint(api_blueprint)

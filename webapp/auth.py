@@ -60,6 +60,7 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 NO_STORE_PUBLIC = {"auth.login", "oidc.start", "oidc.callback"}  # its CSRF token and error are for one browser, once
+GLOBAL_LINKS = {"users.index", "teams.index"}  # navigation shown to global admins only
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -78,7 +79,7 @@ class CurrentUser:
         return self.access.can(role, team)
 
     def can_globally(self, role: str) -> bool:
-        """``role`` in every team: users, notification templates and alert rules are everyone's."""
+        """``role`` in every team: users, notification templates and global alert rules are everyone's."""
         return rank(self.access.global_role) >= rank(role)
 
 
@@ -250,7 +251,7 @@ def _security_headers(response: Response) -> Response:
 
 def require_role(role: str, globally: bool = False) -> Callable[[F], F]:
     """403 below ``role``: in some team (team-level work; the object's own team is checked where it
-    is found), or ``globally`` (users, notification templates, alert rules: every team's). The
+    is found), or ``globally`` (users, teams, notification templates: every team's). The
     guarded view keeps what it needs (``required_role``), so the route itself says what it needs:
     tests/webapp/test_route_walk.py walks every route by it."""
     if role not in ROLES:
@@ -282,8 +283,9 @@ def _template_globals() -> dict[str, Any]:
         ("overview.index", "Overview"), ("tasks.index", "Tasks"), ("timeline.index", "Timeline"),
         ("runs.index", "Runs"), ("executions.index", "Executions"),
         ("logs.index", "Logs"), ("notifications.index", "Notifications"), ("nodes.index", "Nodes"),
-        ("audit.index", "Audit"), ("users.index", "Users")) if endpoint in current_app.view_functions
-        and (endpoint != "users.index" or (g.get("user") is not None and g.user.can_globally("admin")))]
+        ("audit.index", "Audit"), ("users.index", "Users"), ("teams.index", "Teams"))
+        if endpoint in current_app.view_functions
+        and (endpoint not in GLOBAL_LINKS or (g.get("user") is not None and g.user.can_globally("admin")))]
     return {"current_user": g.get("user"), "nav_links": links}
 
 

@@ -1,6 +1,7 @@
 """Notifications: the delivery queue, dead letters (single and exact bulk requeue), unknown
 deliveries, templates, providers -- all through ``reach.queue`` / ``reach.templates``, safe
-metadata only. Bulk requeue: docs/semantics.md (C5)."""
+metadata only. Bulk requeue: docs/semantics.md (C5). A team member sees and settles only their
+teams' messages (``delivery_for``; docs/teams.md); templates and providers are every team's."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from webapp.auth import require_role
 from webapp.forms import posted_version, review_errors, whole_number
 from webapp.htmx import error_status, page_or_fragment, wants_fragment
 from webapp.node import reach_of
+from webapp.team_scope import audit_team, delivery_for
 
 bp = Blueprint("notifications", __name__, url_prefix="/notifications")
 PAGE = 50
@@ -53,13 +55,13 @@ def _held_label(zone: str) -> Callable[[int], dict[str, str]]:
 
 
 def _counts() -> dict[str, int]:
-    return _reach().queue.counts(cap=COUNT_CAP)
+    return _reach().queue.counts(cap=COUNT_CAP, scope=g.user.access.scope())
 
 
 @bp.get("/")
 def index() -> ResponseReturnValue:
     status = request.args.get("status") or QueueStatus.PENDING
-    page = _reach().queue.browse(status, limit=PAGE, after=_arg("after"))
+    page = _reach().queue.browse(status, limit=PAGE, after=_arg("after"), scope=g.user.access.scope())
     held = _held_label(str(_reach().config["dnd"]["timezone"]))
     return render_template(page_or_fragment("notifications/index.html", "notifications/_rows.html"), status=status,
                            page=page, counts=_counts(), statuses=QUEUE_STATUSES, cap=COUNT_CAP, held=held)
@@ -83,7 +85,7 @@ def _dead_filters() -> dict[str, str | None]:
 
 def _dead_page(errors: dict[str, dict[str, str]] | None = None, after: str | None = None) -> str:
     filters = _dead_filters()
-    page = _reach().queue.browse(QueueStatus.DEAD, limit=PAGE, after=after, **filters)
+    page = _reach().queue.browse(QueueStatus.DEAD, limit=PAGE, after=after, scope=g.user.access.scope(), **filters)
     return render_template(page_or_fragment("notifications/dead.html", "notifications/_dead_rows.html"), page=page,
                            filters=filters, errors=errors or {}, providers=_reach().provider_names(),
                            failures=FAILURE_CLASSES)
@@ -102,15 +104,15 @@ def requeue(queue_id: str) -> ResponseReturnValue:
     if expected is None:
         return _dead_page({queue_id: {"expected_updated_at": "The page is missing the row version; reload it."}}), 400
     try:
-        before = queue.get(queue_id)
-        after = queue.requeue_dead(queue_id, expected)
+        before = delivery_for(g.user.access, queue_id, "operator")  # another team's: 404 as for none
+        after = queue.requeue_dead(queue_id, expected, g.user.access.scope("operator"))
     except ReachConfigError as exc:
         return _dead_page({queue_id: {exc.field: exc.message}}), 400
     except ReachError:
         flash(f"Dead letter {queue_id} {CONFLICT}", "error")
         return redirect(url_for("notifications.dead")), 303
     record_action("notification.requeue", queue_id, before=_entry_audit(before, expected),
-                  after={"status": after.status, "attempt_count": after.attempt_count})
+                  after={"status": after.status, "attempt_count": after.attempt_count}, team=before.team)
     flash(f"Dead letter {queue_id} requeued: it goes out in the next delivery round.", "success")
     return redirect(url_for("notifications.dead")), 303
 
@@ -126,7 +128,7 @@ def _entry_audit(entry: Any, expected: int | None) -> dict[str, Any]:
 
 @bp.get("/dead/bulk")
 def bulk_preview() -> ResponseReturnValue:
-    preview = _reach().queue.preview_bulk_requeue(**_dead_filters())
+    preview = _reach().queue.preview_bulk_requeue(scope=g.user.access.scope("operator"), **_dead_filters())
     return render_template("notifications/bulk.html", preview=preview, errors={})
 
 
@@ -148,9 +150,10 @@ def _posted_preview() -> BulkPreview:
 @bp.post("/dead/bulk")
 @require_role("operator")
 def bulk_requeue() -> ResponseReturnValue:
+    scope = g.user.access.scope("operator")
     try:
         preview = _posted_preview()
-        result = _reach().queue.bulk_requeue(preview)
+        result = _reach().queue.bulk_requeue(preview, scope)
     except ReachConfigError as exc:
         shown = BulkPreview(request.form.get("provider") or None, request.form.get("failure") or None,
                             request.form.get("template") or None, 0, None, 0)
@@ -159,7 +162,7 @@ def bulk_requeue() -> ResponseReturnValue:
     record_action("notification.bulk_requeue", "dead letters",
                   before={"filter": filters, "bound_at": preview.bound_at, "bound_id": preview.bound_id,
                           "previewed": preview.count},
-                  after={"requeued": result.requeued, "changed": result.changed})
+                  after={"requeued": result.requeued, "changed": result.changed}, team=audit_team(scope))
     message = f"Requeued {result.requeued} of the {result.previewed} previewed dead letters."
     if result.changed:
         message += f" {result.changed} had changed since the preview and were left as they are."
@@ -172,7 +175,7 @@ def bulk_requeue() -> ResponseReturnValue:
 
 
 def _unknown_page(errors: dict[str, dict[str, str]] | None = None) -> str:
-    page = _reach().queue.browse(QueueStatus.UNKNOWN, limit=PAGE, after=_arg("after"))
+    page = _reach().queue.browse(QueueStatus.UNKNOWN, limit=PAGE, after=_arg("after"), scope=g.user.access.scope())
     return render_template("notifications/unknown.html", page=page, errors=errors or {})
 
 
@@ -202,15 +205,16 @@ def resolve(queue_id: str) -> ResponseReturnValue:
         return _unknown_page({queue_id: errors}), 400
     queue = _reach().queue
     try:
-        before = queue.get(queue_id)
-        after = queue.resolve_unknown(queue_id, status, message_id, g.user.name, expected)
+        before = delivery_for(g.user.access, queue_id, "operator")  # another team's: 404 as for none
+        after = queue.resolve_unknown(queue_id, status, message_id, g.user.name, expected,
+                                      g.user.access.scope("operator"))
     except ReachConfigError as exc:
         return _unknown_page({queue_id: {exc.field: exc.message}}), 400
     except ReachError:
         flash(f"Delivery {queue_id} {CONFLICT}", "error")
         return redirect(url_for("notifications.unknown")), 303
     record_action("notification.resolve_unknown", queue_id, before=_entry_audit(before, expected),
-                  after={"status": after.status, "message_id": after.message_id}, reason=reason)
+                  after={"status": after.status, "message_id": after.message_id}, reason=reason, team=before.team)
     flash(f"Delivery {queue_id} resolved as {status}.", "success")
     return redirect(url_for("notifications.unknown")), 303
 

@@ -65,8 +65,8 @@ def _counters() -> dict[str, Any]:
     scope = g.user.access.scope()
     overview = scheduler.execution.overview(scope=scope)
     reach = reach_of(current_app)
-    queue = reach.queue.counts(cap=COUNT_CAP)
-    alerts = reach.alerts.counts(WINDOW_HOURS)
+    queue = reach.queue.counts(cap=COUNT_CAP, scope=scope)
+    alerts = reach.alerts.counts(WINDOW_HOURS, scope)
     return {
         "recent": scheduler.execution.recent(WINDOW_HOURS, RECENT_FAILURES, scope=scope), "window_hours": WINDOW_HOURS,
         "alive_within_s": 3 * scheduler.config.heartbeat_interval_ms // 1000,

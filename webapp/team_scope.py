@@ -6,18 +6,20 @@ is below what the action needs. ``check_placement`` refuses to put a task in a t
 not an admin of (a ConfigError naming ``team``, worded alike whether the team exists or not);
 ``team_choices`` are the teams the task form offers; ``audit_team`` is the team a bulk action's
 audit entry is about; ``repeated_key`` keeps a trigger's idempotency key from answering another
-team's run.
+team's run. ``delivery_for`` is ``task_for`` for a queued message (a team's alert, or a message
+of no one team, which only a global role reaches).
 """
 
 from __future__ import annotations
 
 from flask import current_app
-from werkzeug.exceptions import Forbidden
+from werkzeug.exceptions import Forbidden, NotFound
 
 from scheduler_core.access import Access, Scope
 from scheduler_core.errors import ConfigError, ExecutionNotFoundError
 from scheduler_core.model import TaskDefinition
-from webapp.node import accounts_of, scheduler_of
+from scheduler_core.reach.queue_operations import QueueEntry
+from webapp.node import accounts_of, reach_of, scheduler_of
 
 
 def task_for(access: Access, task_id: str, role: str = "viewer") -> TaskDefinition:
@@ -26,6 +28,17 @@ def task_for(access: Access, task_id: str, role: str = "viewer") -> TaskDefiniti
     if not access.can(role, task.team):
         raise Forbidden(f"this needs the {role} role in team {task.team}")
     return task
+
+
+def delivery_for(access: Access, queue_id: str, role: str = "viewer") -> QueueEntry:
+    """The queued message when ``access`` sees it (404 as for none); 403 below ``role`` in its team."""
+    entry = reach_of(current_app).queue.get(queue_id, access.scope())
+    if entry is None:
+        raise NotFound(f"No queue entry {queue_id}.")
+    if not access.may(role, entry.team):
+        where = f"team {entry.team}" if entry.team is not None else "every team (a global role)"
+        raise Forbidden(f"this needs the {role} role in {where}")
+    return entry
 
 
 def repeated_key(access: Access, task_id: str, key: str | None) -> bool:

@@ -263,10 +263,12 @@ reach_queue = Table(
     ms_column("updated_at"),
     Column("urgent", Boolean, nullable=False, server_default=false()),  # delivered during do-not-disturb too
     Column("alert_rule", String(ID_LENGTH), nullable=True),  # an alert: the rule that raised it
+    Column("team", String(64), nullable=True),  # an alert about a team's task: that team; NULL: every team's (0027)
     Index(None, "status", "next_attempt_at"),  # rounds: due pending rows
     Index(None, "status", "locked_until"),  # expired leases
     Index(None, "status", "updated_at", "queue_id"),  # dead / unknown lists (keyset pages)
     Index(None, "alert_rule", "created_at"),  # the alerts list
+    Index(None, "team", "status", "updated_at", "queue_id"),  # a team's lists (migration 0027)
     **MYSQL_TABLE_OPTIONS,
 )
 
@@ -278,6 +280,7 @@ alert_rules = Table(
     metadata,
     Column("name", String(ID_LENGTH), primary_key=True),
     Column("definition", Json, nullable=False),
+    Column("team", String(64), nullable=True),  # the team whose tasks it covers; NULL: a global rule (0027)
     ms_column("created_at"),
     ms_column("updated_at"),
     **MYSQL_TABLE_OPTIONS,

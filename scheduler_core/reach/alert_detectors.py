@@ -41,6 +41,7 @@ class Fact:
     task_id: str | None
     node_group: str | None
     values: dict[str, str] = field(default_factory=dict)  # template variables (ALERT_VARIABLES)
+    team: str | None = None  # the team of the task (or message) it is about; None: about no one team
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class Detectors:
             yield Fact(AlertEvent.QUEUE_DEAD, f"queue.dead:{row.queue_id}:{row.updated_at}", "queue.dead", None, None,
                        {"occurrence_id": row.queue_id, "status": "dead", "reason": row.last_failure or "",
                         "summary": f"notification {row.queue_id} ({row.provider}) is dead: {row.last_failure}",
-                        "link": self._link("/notifications/dead")})
+                        "link": self._link("/notifications/dead")}, row.team)
 
     def _clock_facts(self, probe: Probe) -> Iterator[Fact]:
         if probe.clock_jump_latest is None:
@@ -115,7 +116,7 @@ class Detectors:
                         "reason": t.paused_reason or "", "at": _iso(at),
                         "link": self._link(f"/tasks/view/{quote(t.id, safe='')}"),
                         "summary": f"{t.name or t.id}: paused by {by}{until}"
-                                   f"{': ' + t.paused_reason if t.paused_reason else ''}"})
+                                   f"{': ' + t.paused_reason if t.paused_reason else ''}"}, t.team)
 
     def _pages(self, name: str, probe: Probe, read: Any, position: Any) -> Iterator[Any]:
         """Everything changed after the detector's cursor (less an overlap), page by page; the
@@ -182,7 +183,7 @@ class Detectors:
                   "node_id": e.owner_node or "", "scheduled": _iso(e.scheduled_minute), "at": _iso(e.updated_at),
                   "link": self._link(page),
                   "summary": f"{e.task_name or e.task_id}: {event} ({e.status}{', ' + e.reason if e.reason else ''})"}
-        return Fact(event, key, e.task_id, e.task_id, e.node_group, values)
+        return Fact(event, key, e.task_id, e.task_id, e.node_group, values, e.team)
 
 
 def _iso(ms: int | None) -> str:

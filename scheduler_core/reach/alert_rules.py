@@ -1,4 +1,8 @@
-"""Alert rules: which events of which tasks go to whom, through which template, how often."""
+"""Alert rules: which events of which tasks go to whom, through which template, how often.
+
+A rule with a ``team`` covers only that team's tasks, and only their events (TEAM_EVENTS); a rule
+without one is global: every task, and the events about no one team (nodes, the cluster, the
+database clock, dead notifications)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from scheduler_core.validation import (
     check_group,
     check_int,
     check_optional_text,
+    check_team,
     check_text,
 )
 
@@ -41,6 +46,10 @@ class AlertEvent(StrEnum):
     DATABASE_CLOCK_JUMP = "database.clock_jump"
 
 
+# The events about a task: a team's rule may name only these (the others are about no one team).
+TEAM_EVENTS = (AlertEvent.EXECUTION_UNKNOWN, AlertEvent.EXECUTION_FAILED, AlertEvent.EXECUTION_MISSED,
+               AlertEvent.TASK_BLOCKED, AlertEvent.TASK_PAUSED, AlertEvent.LOG_PENDING)
+
 # The variables a template of an alert may use ({name}); others are refused when the rule is made.
 ALERT_VARIABLES = ("event", "rule", "task_id", "task_name", "occurrence_id", "status", "reason", "error", "node_id",
                    "link", "folded", "at", "scheduled", "summary")
@@ -60,6 +69,7 @@ class AlertRule:
     throttle_ms: int = 600_000  # at most one alert per rule and task in this window; later ones folded: 1 s .. 7 d
     bypass_dnd: bool = False  # urgent: delivered during do-not-disturb too
     after_ms: int = 600_000  # task.blocked, log.pending, node.lost, cluster.idle: how long first; 1 min .. 7 d
+    team: str | None = None  # only this team's tasks (and TEAM_EVENTS); None: a global rule
 
     def __post_init__(self) -> None:
         where = f"alerts.{self.name}" if isinstance(self.name, str) else "alerts"
@@ -78,6 +88,12 @@ class AlertRule:
         check_int(self.throttle_ms, f"{where}.throttle_ms", 1_000, WEEK_MS, ReachConfigError)
         check_bool(self.bypass_dnd, f"{where}.bypass_dnd", ReachConfigError)
         check_int(self.after_ms, f"{where}.after_ms", 60_000, WEEK_MS, ReachConfigError)
+        if self.team is not None:
+            check_team(self.team, f"{where}.team", ReachConfigError)
+            other = [str(event) for event in self.events if event not in TEAM_EVENTS]
+            if other:
+                raise ReachConfigError(f"{where}.events", f"{', '.join(other)} is about no one team: only a "
+                                                          "global rule (no team) alerts about it")
 
     @classmethod
     def parse(cls, values: Any, field: str = "alerts") -> AlertRule:
@@ -93,8 +109,10 @@ class AlertRule:
                 raise ReachConfigError(f"{field}.{required}", "is required")
         return cls(**dict(values))
 
-    def covers(self, task_id: str | None, node_group: str | None) -> bool:
-        """Whether a fact of this task (None: no task, e.g. node.lost) is this rule's."""
+    def covers(self, task_id: str | None, node_group: str | None, team: str | None = None) -> bool:
+        """Whether a fact of this task (None: no task, e.g. node.lost) in ``team`` is this rule's."""
+        if self.team is not None and team != self.team:
+            return False
         if task_id is None:
             return self.tasks is None and self.node_group is None
         if self.node_group is not None and node_group != self.node_group:

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Engine
 
-from scheduler_core.errors import ReachConfigError, ReachError, TemplateNotFoundError
+from scheduler_core.access import EVERY_TEAM, Scope
+from scheduler_core.errors import ConfigError, ReachConfigError, ReachError, TemplateNotFoundError
 from scheduler_core.reach.alert_detectors import ClusterIdle, Detectors, Fact
 from scheduler_core.reach.alert_rules import ALERT_VARIABLES, AlertEvent, AlertRule
 from scheduler_core.reach.config import DndConfig, QueuePolicy, TemplateConfig
@@ -89,9 +90,11 @@ class Alerts:
 
     # --- rules ---------------------------------------------------------------------------------
 
-    def rules(self) -> list[AlertRule]:
-        """Configured rules, then stored ones (read again at most every few seconds)."""
-        return [*self._configured, *self._stored_rules()]
+    def rules(self, scope: Scope = EVERY_TEAM) -> list[AlertRule]:
+        """Configured rules, then stored ones (read again at most every few seconds); with a
+        team ``scope``, only the rules of its teams (a global rule is every team's: not theirs)."""
+        every = [*self._configured, *self._stored_rules()]
+        return every if scope.teams is None else [r for r in every if r.team is not None and r.team in scope.teams]
 
     def configured(self) -> tuple[AlertRule, ...]:
         """The rules of the configuration (read-only)."""
@@ -101,11 +104,12 @@ class Alerts:
         now = time.monotonic()
         if now - self._stored_at > STORED_RULES_TTL_S:
             stored = []
-            for name, definition, _ in self._repo().rules():
+            for row in self._repo().rules():
                 try:
-                    stored.append(AlertRule.parse({**definition, "name": name}, f"alerts.{name}"))
+                    stored.append(AlertRule.parse({**row.definition, "name": row.name, "team": row.team},
+                                                  f"alerts.{row.name}"))
                 except ReachConfigError:
-                    logger.warning("stored alert rule %r is unreadable; it raises nothing", name, exc_info=True)
+                    logger.warning("stored alert rule %r is unreadable; it raises nothing", row.name, exc_info=True)
             self._stored, self._stored_at = tuple(stored), now
         return self._stored
 
@@ -125,31 +129,38 @@ class Alerts:
         if provider not in self._reach.provider_names():
             raise ReachConfigError(f"{where}.provider", f"names no configured provider ({provider!r})")
 
-    def save_rule(self, definition: dict[str, Any], expected_updated_at: int | None = None) -> AlertRule:
-        """Store a rule (new, or at the version read); the same checks as a configured one."""
+    def save_rule(self, definition: dict[str, Any], expected_updated_at: int | None = None,
+                  scope: Scope = EVERY_TEAM) -> AlertRule:
+        """Store a rule (new, or at the version read); the same checks as a configured one, and
+        its team must exist. An edit applies only to a rule of ``scope``'s teams (the caller's:
+        a rule of another team is one that changed or is gone)."""
         rule = AlertRule.parse(definition)
         if expected_updated_at is not None:
             check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
         if any(r.name == rule.name for r in self._configured):
             raise ReachConfigError("alerts.name", f"{rule.name!r} is a configured rule (read-only)")
         self.check(rule)
-        stored = {k: v for k, v in rule.to_json().items() if k != "name"}
-        if not self._repo().save_rule(rule.name, stored, expected_updated_at):
+        stored = {k: v for k, v in rule.to_json().items() if k not in ("name", "team")}
+        try:
+            saved = self._repo().save_rule(rule.name, rule.team, stored, expected_updated_at, scope)
+        except ConfigError as exc:  # the team is not there (any more)
+            raise ReachConfigError(f"alerts.{rule.name}.team", exc.message.removeprefix(f"{exc.field}: ")) from None
+        if not saved:
             raise ReachError(f"alert rule {rule.name!r} exists already, or changed since it was read",
                              rule=rule.name, conflict=True)
         self._stored_at = 0.0
         return rule
 
-    def delete_rule(self, name: str, expected_updated_at: int) -> None:
+    def delete_rule(self, name: str, expected_updated_at: int, scope: Scope = EVERY_TEAM) -> None:
         check_optional_text(name, "name", 128, ReachConfigError)
         check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
-        if not self._repo().delete_rule(name, expected_updated_at):
+        if not self._repo().delete_rule(name, expected_updated_at, scope):
             raise ReachError(f"alert rule {name!r} changed since it was read, or is gone", rule=name, conflict=True)
         self._stored_at = 0.0
 
     def stored_versions(self) -> dict[str, int]:
         """Each stored rule's ``updated_at`` (what an edit or delete compares with)."""
-        return {name: updated for name, _, updated in self._repo().rules()}
+        return {row.name: row.updated_at for row in self._repo().rules()}
 
     # --- detection -------------------------------------------------------------------------------
 
@@ -188,7 +199,7 @@ class Alerts:
                 facts += self._detectors.lasting(probe, rules)
                 self._lingered_at = probe.now_ms
             return sum(self._raise(fact, rule, probe.now_ms) for fact in facts for rule in rules
-                       if fact.event in rule.events and rule.covers(fact.task_id, fact.node_group))
+                       if fact.event in rule.events and rule.covers(fact.task_id, fact.node_group, fact.team))
 
     def watch_idle(self) -> ClusterIdle:
         """The dashboard's look at the cluster (its health view): how long no node has planned,
@@ -198,7 +209,7 @@ class Alerts:
         alert's transaction the first time this process sees the fact."""
         now_ms, through = self._repo().cluster_clock()
         idle = ClusterIdle(now_ms, through)
-        rules = [r for r in self.rules() if AlertEvent.CLUSTER_IDLE in r.events and r.covers(None, None)
+        rules = [r for r in self.rules() if AlertEvent.CLUSTER_IDLE in r.events and r.covers(None, None, None)
                  and idle.idle_ms and idle.idle_ms >= r.after_ms]
         if not rules:
             return idle
@@ -223,7 +234,7 @@ class Alerts:
         """The alert of a fact and rule (None: it could not be queued now; a later look retries)."""
         try:
             return self._repo().raise_alert(rule.name, fact.event, fact.key, fact.scope, rule.throttle_ms,
-                                            lambda folded: self._message(rule, fact, folded, now_ms))
+                                            lambda folded: self._message(rule, fact, folded, now_ms), fact.team)
         except ReachError:
             logger.warning("alert %s for %s could not be queued", rule.name, fact.key, exc_info=True)
             return None
@@ -242,17 +253,18 @@ class Alerts:
                             urgent=rule.bypass_dnd, not_before=window_end_ms(dnd, now_ms) if held else None,
                             policy=(policy.max_attempts, policy.retry_delay_ms, policy.max_retry_delay_ms))
 
-    def recent(self, limit: int = 50) -> list[Any]:
-        """The newest alerts with their delivery status (metadata only)."""
-        return self._repo().recent(check_int(limit, "limit", 1, 200, ReachConfigError))
+    def recent(self, limit: int = 50, scope: Scope = EVERY_TEAM) -> list[Any]:
+        """The newest alerts (of ``scope``'s teams) with their delivery status (metadata only)."""
+        return self._repo().recent(check_int(limit, "limit", 1, 200, ReachConfigError), scope)
 
-    def counts(self, hours: int = 24) -> dict[str, int]:
-        """Alerts raised in the last ``hours`` by delivery status (DB clock)."""
-        return self._repo().counts_within(check_int(hours, "hours", 1, 168, ReachConfigError) * 3_600_000)
+    def counts(self, hours: int = 24, scope: Scope = EVERY_TEAM) -> dict[str, int]:
+        """Alerts raised in the last ``hours`` by delivery status (DB clock), of ``scope``'s teams."""
+        return self._repo().counts_within(check_int(hours, "hours", 1, 168, ReachConfigError) * 3_600_000, scope)
 
-    def send_test(self, name: str) -> str:
-        """Queue a test alert of a rule now (not throttled, not deduplicated); its queue id."""
-        rule = next((r for r in self.rules() if r.name == name), None)
+    def send_test(self, name: str, scope: Scope = EVERY_TEAM) -> str:
+        """Queue a test alert of a rule (of ``scope``'s teams) now (not throttled, not
+        deduplicated), as the rule's team's; its queue id."""
+        rule = next((r for r in self.rules(scope) if r.name == name), None)
         if rule is None:
             raise ReachConfigError("rule", f"no alert rule {name!r}")
         key = f"test:{uuid.uuid4()}"
@@ -260,13 +272,15 @@ class Alerts:
                                                           "link": self._link("/notifications/alerts")})
         now = self._repo().probe().now_ms
         raised = self._repo().raise_alert(rule.name, "test", key, key, rule.throttle_ms,
-                                          lambda folded: self._message(rule, fact, folded, now))
+                                          lambda folded: self._message(rule, fact, folded, now), rule.team)
         assert raised.queue_id is not None
         return raised.queue_id
 
 
-def covered(rules: Iterable[AlertRule], task_ids: Iterable[str]) -> dict[str, int]:
-    """How many of ``task_ids`` each rule's glob matches (the rules page warns about none)."""
-    ids = list(task_ids)
-    return {rule.name: sum(1 for t in ids if rule.tasks is None or fnmatch.fnmatchcase(t, rule.tasks))
+def covered(rules: Iterable[AlertRule], tasks: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """How many of ``tasks`` ((id, team) pairs) each rule covers: its glob matches, in its team
+    (the rules page warns about none)."""
+    listed = list(tasks)
+    return {rule.name: sum(1 for task_id, team in listed if (rule.team is None or team == rule.team)
+                           and (rule.tasks is None or fnmatch.fnmatchcase(task_id, rule.tasks)))
             for rule in rules}

@@ -4,7 +4,8 @@
 filters (and when do-not-disturb holds a pending message), requeues dead letters one at a
 time or as a previewed bulk set, and resolves unknown deliveries. Every decision is a
 compare-and-set on the version the operator read; every argument is checked first and
-refused with :class:`ReachConfigError`.
+refused with :class:`ReachConfigError`. Each read and decision takes the caller's ``Scope``
+(default: every team): a row of a team outside it is one that does not exist.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.errors import ReachConfigError, ReachError
 from scheduler_core.reach.base import FailureClass
 from scheduler_core.reach.config import DndConfig
@@ -40,6 +42,7 @@ __all__ = [
     "SETTLE_GRACE_MS",
     "BulkPreview",
     "BulkResult",
+    "QueueEntry",
     "QueueOperations",
     "QueuePage",
     "QueueRow",
@@ -111,30 +114,32 @@ class QueueOperations:
         self._repo = repo
         self._dnd = dnd
 
-    def get(self, queue_id: str) -> QueueEntry | None:
-        return self._repo().get(_queue_id(queue_id))
+    def get(self, queue_id: str, scope: Scope = EVERY_TEAM) -> QueueEntry | None:
+        return self._repo().get(_queue_id(queue_id), scope)
 
-    def counts(self, cap: int | None = None) -> dict[str, int]:
+    def counts(self, cap: int | None = None, scope: Scope = EVERY_TEAM) -> dict[str, int]:
         """Messages per status (every status present, zero when none). With ``cap`` each status
         is counted up to ``cap + 1`` only (a bounded scan; more than ``cap`` shows as ``cap + 1``)."""
-        if cap is None:
+        if cap is None and scope.teams is None:
             found = self._repo().count_by_status()
         else:
-            found = self._repo().count_by_status_capped(QUEUE_STATUSES, _int(cap, "cap", 1, 1_000_000))
+            found = self._repo().count_by_status_capped(
+                QUEUE_STATUSES, 1_000_000 if cap is None else _int(cap, "cap", 1, 1_000_000), scope)
         return {status: found.get(status, 0) for status in QUEUE_STATUSES}
 
-    def list(self, status: str, limit: int = 50, offset: int = 0) -> list[QueueEntry]:
+    def list(self, status: str, limit: int = 50, offset: int = 0, scope: Scope = EVERY_TEAM) -> list[QueueEntry]:
         listed = check_choice(status, "status", QueueStatus, ReachConfigError)
         if listed not in (QueueStatus.DEAD, QueueStatus.UNKNOWN):
             raise ReachConfigError("status", f"must be dead or unknown (got {status!r})")
         check_page(limit, offset, ReachConfigError)
-        return self._repo().list(listed, limit, offset)
+        return self._repo().list(listed, limit, offset, scope)
 
     def browse(self, status: str, *, provider: str | None = None, failure: str | None = None,
-               template: str | None = None, limit: int = 50, after: str | None = None) -> QueuePage:
+               template: str | None = None, limit: int = 50, after: str | None = None,
+               scope: Scope = EVERY_TEAM) -> QueuePage:
         """One page of the messages in ``status`` (optionally of one provider, failure class,
         template), newest change first; ``after`` is the previous page's ``next_after``."""
-        where = _filter(status, provider, failure, template)
+        where = _filter(status, provider, failure, template, scope)
         _int(limit, "limit", 1, PAGE_LIMIT)
         repo = self._repo()
         now_ms = repo.now()
@@ -148,26 +153,26 @@ class QueueOperations:
         return held_until(entry, now_ms, self._dnd() if self._dnd is not None else None)
 
     def preview_bulk_requeue(self, provider: str | None = None, failure: str | None = None,
-                             template: str | None = None) -> BulkPreview:
+                             template: str | None = None, scope: Scope = EVERY_TEAM) -> BulkPreview:
         """Capture the dead letters matching the filter for :meth:`bulk_requeue`: those changed at
         or before ``now - SETTLE_GRACE_MS`` (DB time), at most the oldest ``BULK_MAX``, and count them.
 
         The grace keeps out a row whose dead write evaluated its DB time just before the preview
         but committed just after it (invisible to the count, yet below the bound): every queue
         write is one short transaction, committed well within the grace."""
-        where = _filter(QueueStatus.DEAD, provider, failure, template)
+        where = _filter(QueueStatus.DEAD, provider, failure, template, scope)
         repo = self._repo()
         captured = repo.capture_dead(where, repo.now() - SETTLE_GRACE_MS, BULK_MAX)
         return BulkPreview(provider, failure, template, captured.bound_at, captured.bound_id, captured.count,
                            captured.more)
 
-    def bulk_requeue(self, preview: BulkPreview) -> BulkResult:
+    def bulk_requeue(self, preview: BulkPreview, scope: Scope = EVERY_TEAM) -> BulkResult:
         """Requeue exactly the previewed set: each row still inside the preview's bound is requeued
         by a compare-and-set on the version just read, in batches of ``BULK_BATCH`` (one short
         transaction each). A row that died after the preview is above the bound (its updated_at
         is later); a previewed row that changed since has left the bound or fails its CAS. Never
-        more than the previewed count is requeued."""
-        where, bound = _checked_preview(preview)
+        more than the previewed count is requeued. Only rows in ``scope`` (the caller's teams) are."""
+        where, bound = _checked_preview(preview, scope)
         repo = self._repo()
         requeued, after = 0, None
         while requeued < bound.count:
@@ -178,21 +183,22 @@ class QueueOperations:
             after = (versions[-1][1], versions[-1][0])
         return BulkResult(bound.count, requeued, bound.count - requeued)
 
-    def requeue_dead(self, queue_id: str, expected_updated_at: int) -> QueueEntry:
+    def requeue_dead(self, queue_id: str, expected_updated_at: int, scope: Scope = EVERY_TEAM) -> QueueEntry:
         """Only from dead, only at the current version; resets attempts, keeps id and policy."""
         queue_id = _queue_id(queue_id)
         check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
-        entry = self._existing(queue_id)
+        entry = self._existing(queue_id, scope)
         if entry.status != QueueStatus.DEAD:
             raise ReachError(f"queue entry {queue_id} is {entry.status}; only dead entries can be requeued "
                              "(unknown ones need resolve_unknown)", queue_id=queue_id)
-        if not self._repo().requeue_dead(queue_id, expected_updated_at):
+        if not self._repo().requeue_dead(queue_id, expected_updated_at, scope):
             raise ReachError(f"queue entry {queue_id} changed since it was read; read it again",
                              queue_id=queue_id, conflict=True)
         return self._existing(queue_id)
 
     def resolve_unknown(self, queue_id: str, status: str, message_id: str | None = None,
-                        resolved_by: str | None = None, expected_updated_at: int | None = None) -> QueueEntry:
+                        resolved_by: str | None = None, expected_updated_at: int | None = None,
+                        scope: Scope = EVERY_TEAM) -> QueueEntry:
         """unknown -> sent | discarded; with ``expected_updated_at``, only at that version."""
         queue_id = _queue_id(queue_id)
         verdict = check_choice(status, "status", DeliveryResolution, ReachConfigError)
@@ -200,17 +206,17 @@ class QueueOperations:
         check_optional_text(resolved_by, "resolved_by", ID_MAX, ReachConfigError, single_line=True)
         if expected_updated_at is not None:
             check_ms(expected_updated_at, "expected_updated_at", ReachConfigError)
-        entry = self._existing(queue_id)
+        entry = self._existing(queue_id, scope)
         if entry.status != QueueStatus.UNKNOWN or not self._repo().resolve_unknown(
-                queue_id, verdict, message_id, resolved_by, expected_updated_at):
+                queue_id, verdict, message_id, resolved_by, expected_updated_at, scope):
             raise ReachError(f"queue entry {queue_id} is not unknown at the version read (any more)",
                              queue_id=queue_id, conflict=True)
         return self._existing(queue_id)
 
-    def _existing(self, queue_id: str) -> QueueEntry:
-        entry = self._repo().get(_queue_id(queue_id))
+    def _existing(self, queue_id: str, scope: Scope = EVERY_TEAM) -> QueueEntry:
+        entry = self._repo().get(_queue_id(queue_id), scope)
         if entry is None:
-            raise ReachError(f"queue entry {queue_id} not found", queue_id=queue_id)
+            raise ReachError(f"queue entry {queue_id} not found", queue_id=queue_id, not_found=True)
         return entry
 
 
@@ -225,12 +231,12 @@ def _int(value: Any, field: str, low: int, high: int) -> int:
     return check_int(value, field, low, high, ReachConfigError)
 
 
-def _filter(status: Any, provider: Any, failure: Any, template: Any) -> QueueFilter:
+def _filter(status: Any, provider: Any, failure: Any, template: Any, scope: Scope = EVERY_TEAM) -> QueueFilter:
     listed = check_choice(status, "status", QueueStatus, ReachConfigError)
     if failure is not None and (not isinstance(failure, str) or failure not in FAILURE_CLASSES):
         raise ReachConfigError("failure", f"must be one of {', '.join(FAILURE_CLASSES)} (got {shown(failure)})")
     return QueueFilter(listed, check_optional_text(provider, "provider", 64, ReachConfigError, single_line=True),
-                       failure, check_optional_text(template, "template", ID_MAX, ReachConfigError))
+                       failure, check_optional_text(template, "template", ID_MAX, ReachConfigError), scope)
 
 
 def _cursor(value: Any) -> tuple[int, str] | None:
@@ -243,10 +249,10 @@ def _cursor(value: Any) -> tuple[int, str] | None:
     return int(at), _queue_id(queue_id, "after")
 
 
-def _checked_preview(preview: BulkPreview) -> tuple[QueueFilter, DeadSet]:
+def _checked_preview(preview: BulkPreview, scope: Scope) -> tuple[QueueFilter, DeadSet]:
     if not isinstance(preview, BulkPreview):
         raise ReachConfigError("preview", "must be the BulkPreview returned by preview_bulk_requeue")
-    where = _filter(QueueStatus.DEAD, preview.provider, preview.failure, preview.template)
+    where = _filter(QueueStatus.DEAD, preview.provider, preview.failure, preview.template, scope)
     bound_at = check_ms(preview.bound_at, "bound_at", ReachConfigError)
     bound_id = None if preview.bound_id is None else _queue_id(preview.bound_id, "bound_id")
     return where, DeadSet(bound_at, bound_id, _int(preview.count, "count", 0, BULK_MAX))

@@ -1,5 +1,9 @@
 """Alerts: what the detectors read (one probe statement per tick, then the new facts), and the one
-transaction that turns a fact into an alert exactly once (docs/semantics.md, "Alerts")."""
+transaction that turns a fact into an alert exactly once (docs/semantics.md, "Alerts").
+
+A fact about a task carries the task's team (a run's: the team it ran in); its alert is queued as
+that team's (``reach_queue.team``), and a rule's team (``alert_rules.team``, NULL: global) is what
+a team member reads and edits (docs/teams.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from sqlalchemy import delete, func, literal, select, tuple_, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
+from scheduler_core.access import DEFAULT_TEAM, EVERY_TEAM, Scope
 from scheduler_core.db.clock import db_now_ms, db_statement_now_ms, optional_ms, to_ms
 from scheduler_core.db.engine import dialect_kind
 from scheduler_core.db.tables import (
@@ -26,7 +31,9 @@ from scheduler_core.db.tables import (
 )
 from scheduler_core.statuses import ExecutionStatus, LogPersistenceStatus, QueueStatus
 from scheduler_core.store.dialect import greatest, insert_ignore
+from scheduler_core.store.reach_queue_pages import in_scope
 from scheduler_core.store.tasks import TICKED_THROUGH
+from scheduler_core.store.teams import check_team_exists
 from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
 
 ALERT_NAMESPACE = uuid.UUID("6d1f3b7e-5f0a-4c57-9a63-1c2f0e8e4a11")
@@ -70,6 +77,17 @@ class JournalEvent:
     owner_node: str | None
     error: str | None  # the last attempt's error
     created_at: int
+    updated_at: int
+    team: str = DEFAULT_TEAM  # the team the run is in (its own, once its task moved or went; else its task's)
+
+
+@dataclass(frozen=True)
+class StoredRule:
+    """A rule stored from the dashboard: its definition (without name and team), team, version."""
+
+    name: str
+    definition: dict[str, Any]
+    team: str | None  # None: a global rule
     updated_at: int
 
 
@@ -160,13 +178,14 @@ class AlertRepository:
 
     @staticmethod
     def _events() -> Any:
-        return (select(executions, tasks.c.name.label("task_name"), tasks.c.node_group)
+        run_team = func.coalesce(executions.c.team, tasks.c.team, literal(DEFAULT_TEAM)).label("run_team")
+        return (select(executions, tasks.c.name.label("task_name"), tasks.c.node_group, run_team)
                 .select_from(executions.outerjoin(tasks, tasks.c.id == executions.c.task_id)))
 
     def dead_letters(self, after: tuple[int, str], limit: int) -> list[Row[Any]]:
         q = reach_queue.c
         query = (select(q.queue_id, q.provider, q.template, q.last_failure, q.attempt_count, q.updated_at,
-                        q.alert_rule)
+                        q.alert_rule, q.team)
                  .where(q.status == QueueStatus.DEAD, tuple_(q.updated_at, q.queue_id) > tuple_(literal(after[0]),
                                                                                                literal(after[1])),
                         q.updated_at >= after[0])
@@ -185,7 +204,7 @@ class AlertRepository:
         """Tasks paused (and not resumed since) after the keyset position ``(paused_at, id)``,
         oldest first (index ``(paused_at, id)``)."""
         t = tasks.c
-        query = (select(t.id, t.name, t.node_group, t.paused_at, t.paused_until, t.paused_by, t.paused_reason)
+        query = (select(t.id, t.name, t.node_group, t.team, t.paused_at, t.paused_until, t.paused_by, t.paused_reason)
                  .where(t.paused_at >= after[0], tuple_(t.paused_at, t.id) > tuple_(literal(after[0]),
                                                                                    literal(after[1])))
                  .order_by(t.paused_at, t.id).limit(limit))
@@ -228,12 +247,13 @@ class AlertRepository:
     # --- raising an alert: exactly once per (rule, fact) -----------------------------------------
 
     def raise_alert(self, rule: str, event: str, event_key: str, scope: str, throttle_ms: int,
-                    message: Callable[[int], AlertMessage]) -> RaisedAlert:
+                    message: Callable[[int], AlertMessage], team: str | None = None) -> RaisedAlert:
         """In one transaction: record the fact for the rule (a fact seen before changes nothing),
         then -- unless an alert of this rule and scope went out less than ``throttle_ms`` ago,
         which folds it into the count the next alert reports -- queue the alert, its id derived
-        from (rule, fact). ``message(folded)`` renders it with the number of facts folded since
-        the last alert of the scope."""
+        from (rule, fact), as ``team``'s (the fact's task's; None: about no one team).
+        ``message(folded)`` renders it with the number of facts folded since the last alert of
+        the scope."""
         queue_id = alert_queue_id(rule, event_key)
 
         def work(conn: Connection) -> RaisedAlert:
@@ -245,7 +265,7 @@ class AlertRepository:
             if last_sent is not None and now - last_sent < throttle_ms:
                 self._fold(conn, rule, event_key, scope)
                 return RaisedAlert(None, True)
-            self._enqueue(conn, queue_id, rule, message(folded))
+            self._enqueue(conn, queue_id, rule, message(folded), team)
             conn.execute(update(alert_facts).where(alert_facts.c.rule == rule, alert_facts.c.event_key == event_key)
                          .values(queue_id=queue_id))
             conn.execute(update(alert_throttles).where(alert_throttles.c.rule == rule, alert_throttles.c.scope == scope)
@@ -286,7 +306,7 @@ class AlertRepository:
                      .values(folded=alert_throttles.c.folded + 1))
 
     @staticmethod
-    def _enqueue(conn: Connection, queue_id: str, rule: str, message: AlertMessage) -> None:
+    def _enqueue(conn: Connection, queue_id: str, rule: str, message: AlertMessage, team: str | None) -> None:
         max_attempts, delay, max_delay = message.policy
         now = db_statement_now_ms()
         conn.execute(insert_ignore(conn, reach_queue, [{
@@ -295,56 +315,73 @@ class AlertRepository:
             "attempt_count": 0, "max_attempts": max_attempts, "retry_delay_ms": delay, "max_retry_delay_ms": max_delay,
             "next_attempt_at": now if message.not_before is None else message.not_before, "locked_by": None,
             "lock_token": None, "locked_until": None, "last_failure": None, "message_id": None, "resolved_by": None,
-            "created_at": now, "updated_at": now, "urgent": message.urgent, "alert_rule": rule}]))
+            "created_at": now, "updated_at": now, "urgent": message.urgent, "alert_rule": rule, "team": team}]))
 
     # --- the alerts sent -------------------------------------------------------------------------
 
-    def recent(self, limit: int) -> list[Row[Any]]:
-        """The newest alerts: queue metadata (never the body or recipient) and the rule."""
+    def recent(self, limit: int, scope: Scope = EVERY_TEAM) -> list[Row[Any]]:
+        """The newest alerts (of ``scope``'s teams): queue metadata (never the body or recipient),
+        the rule and the team."""
         q = reach_queue.c
         query = (select(q.queue_id, q.alert_rule, q.provider, q.status, q.subject, q.last_failure, q.attempt_count,
-                        q.next_attempt_at, q.urgent, q.created_at, q.updated_at)
-                 .where(q.alert_rule.is_not(None)).order_by(q.created_at.desc(), q.queue_id.desc()).limit(limit))
+                        q.next_attempt_at, q.urgent, q.created_at, q.updated_at, q.team)
+                 .where(*_alerts_in(scope)).order_by(q.created_at.desc(), q.queue_id.desc()).limit(limit))
         return read(self.engine, lambda conn: list(conn.execute(query)))
 
-    def counts_within(self, window_ms: int) -> dict[str, int]:
-        """Alerts raised in the last ``window_ms`` (DB clock) by delivery status."""
+    def counts_within(self, window_ms: int, scope: Scope = EVERY_TEAM) -> dict[str, int]:
+        """Alerts raised in the last ``window_ms`` (DB clock) by delivery status, of ``scope``'s teams."""
         q = reach_queue.c
         query = (select(q.status, func.count())
-                 .where(q.alert_rule.is_not(None), q.created_at >= db_now_ms() - window_ms).group_by(q.status))
+                 .where(*_alerts_in(scope), q.created_at >= db_now_ms() - window_ms).group_by(q.status))
         return read(self.engine, lambda conn: {row[0]: int(row[1]) for row in conn.execute(query)})
 
     # --- stored rules ---------------------------------------------------------------------------
 
-    def rules(self) -> list[tuple[str, dict[str, Any], int]]:
-        """Stored rules: (name, definition, updated_at), by name."""
+    def rules(self) -> list[StoredRule]:
+        """Stored rules, by name."""
         query = select(alert_rules).order_by(alert_rules.c.name)
-        return [(r.name, dict(r.definition), to_ms(r.updated_at, "updated_at"))
+        return [StoredRule(r.name, dict(r.definition), r.team, to_ms(r.updated_at, "updated_at"))
                 for r in read(self.engine, lambda conn: list(conn.execute(query)))]
 
-    def save_rule(self, name: str, definition: dict[str, Any], expected_updated_at: int | None) -> bool:
-        """Insert a rule (``expected_updated_at`` None) or replace it at that version; False when
-        the name is taken, or the rule changed or is gone."""
+    def save_rule(self, name: str, team: str | None, definition: dict[str, Any], expected_updated_at: int | None,
+                  scope: Scope = EVERY_TEAM) -> bool:
+        """Insert a rule (``expected_updated_at`` None) or replace it at that version, as ``team``'s
+        (None: global); False when the name is taken, or the rule changed, is gone, or (an edit)
+        is of a team outside ``scope``. A team must exist (held shared until the commit, so that
+        it is not deleted under the rule): ``ConfigError`` naming ``team``."""
 
         def work(conn: Connection) -> bool:
+            if team is not None:
+                check_team_exists(conn, team)
             if expected_updated_at is None:
                 now = db_statement_now_ms()
                 try:
                     with conn.begin_nested():
-                        conn.execute(alert_rules.insert().values(name=name, definition=definition, created_at=now,
-                                                                 updated_at=now))
+                        conn.execute(alert_rules.insert().values(name=name, definition=definition, team=team,
+                                                                 created_at=now, updated_at=now))
                 except IntegrityError:
                     return False
                 return True
             return one_row(conn.execute(update(alert_rules).where(
-                alert_rules.c.name == name, alert_rules.c.updated_at == expected_updated_at,
-            ).values(definition=definition, updated_at=greatest(conn, db_now_ms(), alert_rules.c.updated_at + 1))))
+                alert_rules.c.name == name, alert_rules.c.updated_at == expected_updated_at, *_rules_in(scope),
+            ).values(definition=definition, team=team,
+                     updated_at=greatest(conn, db_now_ms(), alert_rules.c.updated_at + 1))))
 
         return write(self.engine, work)
 
-    def delete_rule(self, name: str, expected_updated_at: int) -> bool:
+    def delete_rule(self, name: str, expected_updated_at: int, scope: Scope = EVERY_TEAM) -> bool:
         return write(self.engine, lambda conn: one_row(conn.execute(delete(alert_rules).where(
-            alert_rules.c.name == name, alert_rules.c.updated_at == expected_updated_at))))
+            alert_rules.c.name == name, alert_rules.c.updated_at == expected_updated_at, *_rules_in(scope)))))
+
+
+def _alerts_in(scope: Scope) -> list[Any]:
+    condition = in_scope(scope)
+    return [reach_queue.c.alert_rule.is_not(None), *([] if condition is None else [condition])]
+
+
+def _rules_in(scope: Scope) -> list[Any]:
+    """Stored rules of ``scope``'s teams (a global rule only for every team)."""
+    return [] if scope.teams is None else [alert_rules.c.team.in_(sorted(scope.teams))]
 
 
 def _event(row: Row[Any]) -> JournalEvent:
@@ -355,4 +392,5 @@ def _event(row: Row[Any]) -> JournalEvent:
         occurrence_id=d["occurrence_id"], task_id=d["task_id"], task_name=d["task_name"], node_group=d["node_group"],
         status=ExecutionStatus(d["status"]), reason=d["reason"], trigger=d["trigger"],
         scheduled_minute=optional_ms(d["scheduled_minute"], "scheduled_minute"), owner_node=d["owner_node"],
-        error=error, created_at=to_ms(d["created_at"], "created_at"), updated_at=to_ms(d["updated_at"], "updated_at"))
+        error=error, created_at=to_ms(d["created_at"], "created_at"), updated_at=to_ms(d["updated_at"], "updated_at"),
+        team=d["run_team"])

@@ -1,7 +1,10 @@
 """The notification queue as the operator sees it: entries (safe metadata, never a body or a
 recipient), counts, keyset pages of a filtered list, bulk requeue of dead letters, and the
 verdicts (requeue a dead letter, resolve an unknown one), each a compare-and-set on the row's
-version. ``QueueRepository`` (reach_queue.py) adds the writers: enqueue, claim, owners' writes.
+version. Every read and verdict takes the caller's ``Scope``: a team member sees and settles only
+their teams' rows (``team``: the team of the task an alert is about; NULL rows, about no one team,
+only a global caller). ``QueueRepository`` (reach_queue.py) adds the writers: enqueue, claim,
+owners' writes.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql import ColumnElement
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.db.clock import db_now_ms, optional_ms, to_ms
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.statuses import DeliveryResolution, QueueStatus
@@ -44,6 +48,7 @@ class QueueEntry:
     created_at: int
     updated_at: int
     last_error: str | None = None  # what went wrong last: "<class>: <short masked message>" (migration 0012)
+    team: str | None = None  # the team whose task it is about; None: about no one team (migration 0027)
 
 
 def entry_from_row(row: Row[Any]) -> QueueEntry:
@@ -56,7 +61,17 @@ def entry_from_row(row: Row[Any]) -> QueueEntry:
         next_attempt_at=to_ms(d["next_attempt_at"], "next_attempt_at"),
         locked_until=optional_ms(d["locked_until"], "locked_until"), last_failure=d["last_failure"],
         message_id=d["message_id"], created_at=to_ms(d["created_at"], "created_at"),
-        updated_at=to_ms(d["updated_at"], "updated_at"), last_error=d["last_error"])
+        updated_at=to_ms(d["updated_at"], "updated_at"), last_error=d["last_error"], team=d["team"])
+
+
+def in_scope(scope: Scope) -> ColumnElement[bool] | None:
+    """The rows ``scope`` sees (None: every row, a global caller's)."""
+    return None if scope.teams is None else reach_queue.c.team.in_(sorted(scope.teams))
+
+
+def _scoped(conditions: builtins.list[Any], scope: Scope) -> builtins.list[Any]:
+    condition = in_scope(scope)
+    return conditions if condition is None else [*conditions, condition]
 
 
 class QueuePages:
@@ -68,8 +83,8 @@ class QueuePages:
 
     # --- operator API -----------------------------------------------------------------------------
 
-    def get(self, queue_id: str) -> QueueEntry | None:
-        query = select(reach_queue).where(reach_queue.c.queue_id == queue_id)
+    def get(self, queue_id: str, scope: Scope = EVERY_TEAM) -> QueueEntry | None:
+        query = select(reach_queue).where(*_scoped([reach_queue.c.queue_id == queue_id], scope))
         row = read(self.engine, lambda conn: conn.execute(query).first())
         return entry_from_row(row) if row is not None else None
 
@@ -77,28 +92,30 @@ class QueuePages:
         query = select(reach_queue.c.status, func.count()).group_by(reach_queue.c.status)
         return read(self.engine, lambda conn: {row[0]: int(row[1]) for row in conn.execute(query)})
 
-    def list(self, status: QueueStatus, limit: int, offset: int) -> list[QueueEntry]:
-        query = (select(reach_queue).where(reach_queue.c.status == status)
+    def list(self, status: QueueStatus, limit: int, offset: int, scope: Scope = EVERY_TEAM) -> list[QueueEntry]:
+        query = (select(reach_queue).where(*_scoped([reach_queue.c.status == status], scope))
                  .order_by(reach_queue.c.updated_at, reach_queue.c.queue_id).limit(limit).offset(offset))
         return read(self.engine, lambda conn: [entry_from_row(r) for r in conn.execute(query)])
 
-    def requeue_dead(self, queue_id: str, expected_updated_at: int) -> bool:
-        """dead -> pending at the current version only; attempts reset, id and policy kept."""
+    def requeue_dead(self, queue_id: str, expected_updated_at: int, scope: Scope = EVERY_TEAM) -> bool:
+        """dead -> pending at the current version only (and in ``scope``); attempts reset, id and
+        policy kept."""
+        conditions = _scoped([reach_queue.c.queue_id == queue_id, reach_queue.c.status == QueueStatus.DEAD,
+                              reach_queue.c.updated_at == expected_updated_at], scope)
 
         def work(conn: Connection) -> bool:
-            return one_row(conn.execute(update(reach_queue).where(
-                reach_queue.c.queue_id == queue_id, reach_queue.c.status == QueueStatus.DEAD,
-                reach_queue.c.updated_at == expected_updated_at,
-            ).values(status=QueueStatus.PENDING, attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None,
-                     last_error=None, updated_at=self._touch(conn))))
+            return one_row(conn.execute(update(reach_queue).where(*conditions).values(
+                status=QueueStatus.PENDING, attempt_count=0, next_attempt_at=db_now_ms(), last_failure=None,
+                last_error=None, updated_at=self._touch(conn))))
 
         return write(self.engine, work)
 
     def resolve_unknown(self, queue_id: str, status: DeliveryResolution, message_id: str | None,
-                        resolved_by: str | None, expected_updated_at: int | None = None) -> bool:
+                        resolved_by: str | None, expected_updated_at: int | None = None,
+                        scope: Scope = EVERY_TEAM) -> bool:
         """unknown -> sent | discarded (an operator's verdict); exactly one concurrent call wins.
         With ``expected_updated_at`` it applies only at that version (the page the verdict was made on)."""
-        conditions = [reach_queue.c.queue_id == queue_id, reach_queue.c.status == QueueStatus.UNKNOWN]
+        conditions = _scoped([reach_queue.c.queue_id == queue_id, reach_queue.c.status == QueueStatus.UNKNOWN], scope)
         if expected_updated_at is not None:
             conditions.append(reach_queue.c.updated_at == expected_updated_at)
 
@@ -115,14 +132,17 @@ class QueuePages:
 
     # --- dashboard: filtered lists, keyset pages, bulk requeue ---------------------------------
 
-    def count_by_status_capped(self, statuses: tuple[QueueStatus, ...], cap: int) -> dict[str, int]:
-        """Messages per status, each counted up to ``cap + 1`` rows: a bounded index range scan
-        on (status, ...) per status, however many sent rows have piled up."""
+    def count_by_status_capped(self, statuses: tuple[QueueStatus, ...], cap: int,
+                               scope: Scope = EVERY_TEAM) -> dict[str, int]:
+        """Messages per status (in ``scope``), each counted up to ``cap + 1`` rows: a bounded index
+        range scan on (status, ...) per status, or (team, status, ...) per team of the scope,
+        however many sent rows have piled up."""
 
         def work(conn: Connection) -> dict[str, int]:
             found: dict[str, int] = {}
             for status in statuses:
-                capped = select(reach_queue.c.queue_id).where(reach_queue.c.status == status).limit(cap + 1)
+                capped = (select(reach_queue.c.queue_id).where(*_scoped([reach_queue.c.status == status], scope))
+                          .limit(cap + 1))
                 found[status] = int(conn.execute(select(func.count()).select_from(capped.subquery())).scalar_one())
             return found
 
@@ -182,9 +202,10 @@ class QueueFilter:
     provider: str | None = None
     failure: str | None = None  # last_failure: the failure class
     template: str | None = None
+    scope: Scope = EVERY_TEAM  # the caller's teams
 
     def condition(self) -> ColumnElement[bool]:
-        parts = [reach_queue.c.status == self.status]
+        parts = _scoped([reach_queue.c.status == self.status], self.scope)
         if self.provider is not None:
             parts.append(reach_queue.c.provider == self.provider)
         if self.failure is not None:

@@ -16,7 +16,7 @@ from sqlalchemy.sql import ColumnElement
 from scheduler_core.access import DEFAULT_TEAM, Scope
 from scheduler_core.db.account_tables import team_grants, teams
 from scheduler_core.db.clock import db_now_ms, to_ms
-from scheduler_core.db.tables import executions, logs, tasks
+from scheduler_core.db.tables import alert_rules, executions, logs, tasks
 from scheduler_core.errors import ConfigError
 from scheduler_core.statuses import ROLES
 from scheduler_core.store.dialect import greatest
@@ -66,10 +66,10 @@ class TeamRepository:
         return write(self.engine, work)
 
     def delete(self, team_id: str) -> int:
-        """Delete a team that has no task, and every role granted in it (how many). The team's row
-        is locked first and its tasks read after: a task being put in it meanwhile (which holds the
-        row shared, ``check_team_exists``) is waited for and seen, so no task is left in no team.
-        Its history and audit entries keep its id."""
+        """Delete a team that has no task and no stored alert rule, and every role granted in it
+        (how many). The team's row is locked first and its tasks and rules read after: one being
+        put in it meanwhile (which holds the row shared, ``check_team_exists``) is waited for and
+        seen, so none is left in no team. Its history, alerts and audit entries keep its id."""
         def work(conn: Connection) -> int:
             if conn.execute(select(teams.c.id).where(teams.c.id == team_id).with_for_update()).first() is None:
                 raise ConfigError("team", f"names no team here: {team_id!r}")
@@ -78,6 +78,11 @@ class TeamRepository:
             if held:
                 count = "more than 100" if held > 100 else str(held)
                 raise ConfigError("team", f"{team_id!r} still has {count} task(s): move or delete them first")
+            rules = conn.execute(select(alert_rules.c.name).where(alert_rules.c.team == team_id).limit(6)
+                                 .with_for_update(read=True)).scalars().all()
+            if rules:
+                raise ConfigError("team", f"{team_id!r} still has alert rules ({', '.join(sorted(rules)[:5])}"
+                                          f"{', ...' if len(rules) > 5 else ''}): move or delete them first")
             grants = conn.execute(delete(team_grants).where(team_grants.c.team == team_id)).rowcount
             conn.execute(delete(teams).where(teams.c.id == team_id))
             return int(grants or 0)

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from scheduler_core.db import close_engine, create_engine, migration_state, upgrade
 from scheduler_core.db.migrate import VERSION_TABLE, head_revision
-from scheduler_core.db.tables import executions, metadata, slots
+from scheduler_core.db.tables import alert_facts, alert_rules, executions, metadata, reach_queue, slots
 from tests.conftest import TestDatabase
 from tests.helpers.journal import execution_row
 
@@ -138,5 +138,42 @@ def test_the_audit_trail_s_and_deleted_tasks_entries_become_the_default_team_s(
         assert teams == {"task.create": "default", "execution.resolve_unknown": "default", "log.repair_all": "default",
                          "user.role": None, "token.create": None, "template.save": None}
         assert runs == {"o-kept": None, "o-gone": "default"}  # a live task's runs follow it; an orphan's stay
+    finally:
+        close_engine(engine)
+
+
+def _queued(queue_id: str, rule: str | None) -> dict[str, object]:
+    return {"queue_id": queue_id, "provider": "log", "recipient": "x", "body": "b", "status": "sent",
+            "attempt_count": 1, "max_attempts": 3, "retry_delay_ms": 1, "max_retry_delay_ms": 1, "next_attempt_at": 1,
+            "created_at": 1, "updated_at": 1, "alert_rule": rule}
+
+
+def test_alerts_already_queued_about_a_task_become_its_team_s(empty_database: TestDatabase) -> None:
+    """Migration 0027: an alert queued about a task is that task's team's (``default`` when the task
+    is gone); an alert about no one team (a node lost, a test alert) and a message the application
+    sent stay no team's; every stored rule stays global."""
+    engine = create_engine(empty_database.url)
+    try:
+        upgrade(engine, "0026")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO teams (id, name, created_at, updated_at) VALUES ('ops', 'Ops', 1, 1)"))
+            conn.execute(text("INSERT INTO tasks (id, name, cron, timezone, enabled, delete_after_run, idempotent, "
+                              "revision, created_at, updated_at, team) VALUES ('a', 'a', '* * * * *', 'UTC', :t, "
+                              ":f, :f, 1, 1, 1, 'ops')"), {"t": True, "f": False})
+            facts = [("q-task", "execution.failed", "a"), ("q-gone", "task.paused", "gone"),
+                     ("q-node", "node.lost", "a"), ("q-test", "test", "test:1")]
+            conn.execute(insert(alert_facts), [{"rule": "r", "event_key": queue_id, "event": event, "scope": scope,
+                                                "queue_id": queue_id, "folded": False, "created_at": 1}
+                                               for queue_id, event, scope in facts])
+            conn.execute(insert(reach_queue), [*(_queued(queue_id, "r") for queue_id, _, _ in facts),
+                                               _queued("q-app", None)])
+            conn.execute(insert(alert_rules).values(name="r", definition={}, created_at=1, updated_at=1))
+        upgrade(engine)
+        with engine.connect() as conn:
+            teams = dict(conn.execute(text("SELECT queue_id, team FROM reach_queue")).all())
+            rule_team = conn.execute(text("SELECT team FROM alert_rules")).scalar_one()
+            conn.rollback()
+        assert teams == {"q-task": "ops", "q-gone": "default", "q-node": None, "q-test": None, "q-app": None}
+        assert rule_team is None
     finally:
         close_engine(engine)

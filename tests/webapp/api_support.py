@@ -11,6 +11,7 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import MetaData, select, update
+from sqlalchemy.engine import Engine
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
@@ -73,15 +74,21 @@ def pending_log(api: Api) -> str:
     return occurrence
 
 
-def delivery(api: Api, status: str) -> Any:
-    """A queued message left in ``status`` (dead, unknown), as delivery rounds leave them."""
-    queue_id = str(uuid.uuid4())
-    QueueRepository(api.engine, "test", 60_000).enqueue(
+def queued_row(engine: Engine, status: str, queue_id: str | None = None, team: str | None = None) -> str:
+    """A queued message left in ``status`` (dead, unknown), as delivery rounds leave them, about
+    ``team`` (None: no one team's, as a message the application sends); its queue id."""
+    queue_id = queue_id or str(uuid.uuid4())
+    QueueRepository(engine, "test", 60_000).enqueue(
         queue_id, "log", None, "someone@example.com", "Subject", "secret body text", {}, (3, 1_000, 4_000), None)
-    with api.engine.begin() as conn:
+    with engine.begin() as conn:
         conn.execute(update(reach_queue).where(reach_queue.c.queue_id == queue_id).values(
-            status=status, last_failure="permanent_rejection" if status == "dead" else "timeout"))
-    return api.app.extensions["hai_reach"].queue.get(queue_id)
+            status=status, last_failure="permanent_rejection" if status == "dead" else "timeout", team=team))
+    return queue_id
+
+
+def delivery(api: Api, status: str, team: str | None = None) -> Any:
+    """A queued message left in ``status`` (dead, unknown), read back through ``reach.queue``."""
+    return api.app.extensions["hai_reach"].queue.get(queued_row(api.engine, status, team=team))
 
 
 _reflected: dict[tuple[int, str], MetaData] = {}

@@ -28,11 +28,13 @@ from werkzeug.routing import Rule
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
+from tests.webapp.api_support import queued_row
 from tests.webapp.conftest import Auth, csrf_token
 from webapp.node import accounts_of, reach_of, scheduler_of
 
 EXAMPLES = int(os.environ.get("HAI_INPUT_EXAMPLES", "12"))  # per route
-QUEUE_ID = "7d4e1d9a-2f43-4a8e-9d1b-9a6a1c2b3d4e"
+DEAD_ID = "7d4e1d9a-2f43-4a8e-9d1b-9a6a1c2b3d4e"  # a dead letter (requeue) and an unknown delivery (resolve)
+UNKNOWN_ID = "5c0e6f1b-8a2d-4e6b-b3f1-0d9e8c7b6a54"
 Baseline = Callable[["World"], str]
 Field = Baseline | str | None  # None: the field is not sent (an unchecked box)
 
@@ -65,7 +67,7 @@ EXECUTION_VERSION = _version(lambda w: scheduler_of(w.app).execution.get(w.occur
 ALERT_VERSION = _version(lambda w: reach_of(w.app).alerts.stored_versions().get("walk", 1))
 ALERT_RULE: dict[str, Field] = {"events": "execution.failed", "template": "walk-alert", "to": "ops@example.com",
                                 "provider": "", "tasks": "", "node_group": "", "throttle_s": "600", "after_min": "10",
-                                "bypass_dnd": None}
+                                "bypass_dnd": None, "team": ""}
 WALK_RULE = {"name": "walk", "events": ["execution.failed"], "template": "walk-alert", "to": "ops@example.com"}
 TEMPLATE_VERSION = _version(lambda w: getattr(reach_of(w.app).templates.stored_one("walk-tpl"), "updated_at", 1))
 
@@ -110,6 +112,9 @@ FIELDS: dict[str, dict[str, Field]] = {
                              "expected_updated_at": USER_VERSION},
     "user_tokens.create": {"name": "fuzz-token", "expires_days": "30"},
     "user_tokens.revoke": {},
+    "teams.create": {"team": "fuzz-team", "name": "Fuzz team"},
+    "teams.rename": {"name": "Renamed"},
+    "teams.delete": {},
 }
 # The JSON API (bearer tokens, JSON bodies, no CSRF) is not a form: tests/webapp/test_api_fuzz.py
 # sends junk to each of its writes instead.
@@ -122,6 +127,7 @@ MESSAGE = re.compile(r'class="field-error"[^>]*>\s*[^<\s]|class="flash flash-err
 
 WALK = TaskDefinition(id="walk", name="Walk", cron="0 2 * * *", handler={"kind": "hook"})
 EDITED = "walk-edit"  # the task the edit form changes: never triggered, so delete_after_run never deletes it
+WALK_TEAM = "walk-team"  # the team the rename and delete forms name
 
 
 @dataclass
@@ -137,14 +143,15 @@ class World:
         return EDITED if endpoint == "tasks.update" else "walk"
 
     def path_values(self) -> dict[str, str]:
-        return {"task_id": self.task_of(self.endpoint), "occurrence_id": self.occurrence, "queue_id": QUEUE_ID,
+        return {"task_id": self.task_of(self.endpoint), "occurrence_id": self.occurrence,
+                "queue_id": UNKNOWN_ID if self.endpoint == "notifications.resolve" else DEAD_ID,
                 "name": "walk-tpl" if self.endpoint.startswith("notifications.") else "walk",
-                "log_id": str(uuid.uuid4()), "token_id": str(uuid.uuid4())}
+                "log_id": str(uuid.uuid4()), "token_id": str(uuid.uuid4()), "team_id": WALK_TEAM}
 
     def restore(self) -> None:
         """The rows the routes name, as the posts before may have left them: "walk" resumed (a
         paused task's page has no pause form), and registered again if a post deleted it; the
-        stored alert rule "walk" likewise."""
+        stored alert rule "walk" and the team "walk-team" likewise."""
         scheduler = scheduler_of(self.app)
         stored = {task.id: task for task in scheduler.refresh_tasks()}
         if "walk" not in stored:
@@ -154,6 +161,9 @@ class World:
         alerts = reach_of(self.app).alerts
         if "walk" not in alerts.stored_versions():
             alerts.save_rule(WALK_RULE)
+        accounts = accounts_of(self.app)
+        if WALK_TEAM not in accounts.teams():
+            accounts.create_team(WALK_TEAM, "Walk team")
 
 
 @pytest.fixture
@@ -164,9 +174,12 @@ def world(db_app: Flask) -> World:
     scheduler.register(replace(WALK, id=EDITED))
     occurrence = scheduler.trigger("walk").occurrence_id
     accounts_of(db_app).create("walk", "viewer", generate_password_hash("walk-password-1"))
+    accounts_of(db_app).create_team(WALK_TEAM, "Walk team")
     reach_of(db_app).templates.create("walk-tpl", "log", "Hi {who}")
     reach_of(db_app).templates.create("walk-alert", "log", "{summary} {link}")
     reach_of(db_app).alerts.save_rule(WALK_RULE)
+    queued_row(db_app.extensions["hai_engine"], "dead", DEAD_ID)
+    queued_row(db_app.extensions["hai_engine"], "unknown", UNKNOWN_ID)
     admin = db_app.test_client()
     assert Auth(admin).login().status_code == 302
     anonymous = db_app.test_client()
@@ -261,7 +274,8 @@ def test_the_pages_forms_post_only_listed_fields(world: World) -> None:
     pages = ["/tasks/new", "/tasks/view/walk", "/tasks/edit/walk", "/tasks/delete/walk", "/logs/failures",
              "/notifications/templates/new", "/notifications/templates/show/walk-tpl",
              "/notifications/templates/edit/walk-tpl", "/users/new", "/users/manage/walk", "/notifications/alerts/",
-             "/notifications/alerts/rules/new", "/notifications/alerts/rules/edit/walk", "/tasks/backfill/walk", "/"]
+             "/notifications/alerts/rules/new", "/notifications/alerts/rules/edit/walk", "/tasks/backfill/walk",
+             "/teams/", "/"]
     adapter = world.app.url_map.bind("localhost")
     seen = set()
     for page in pages:

@@ -31,7 +31,7 @@ ADMIN = ("notifications.new_template", "notifications.create_template", "notific
          "users.new", "users.create", "users.manage", "users.set_role", "users.disable", "users.enable",
          "users.reset_password", "users.set_team_role", "alerts.new_rule", "alerts.create_rule", "alerts.edit_rule",
          "alerts.update_rule",
-         "alerts.delete_rule", "alerts.test_rule")
+         "alerts.delete_rule", "alerts.test_rule", "teams.index", "teams.create", "teams.rename", "teams.delete")
 # The JSON API (/api/v1, bearer tokens): reads need a token of any role, so "viewer" is named.
 API_VIEWER = ("api.list_tasks", "api.get_task", "api.describe_task", "api.list_executions", "api.get_execution",
               "api.list_logs", "api.list_log_failures", "api.list_dead", "api.list_unknown_deliveries",
@@ -41,8 +41,10 @@ API_OPERATOR = ("api.pause_task", "api.resume_task", "api.trigger_task", "api.ba
                 "api.resolve_delivery")
 API_ADMIN = ("api.create_task", "api.update_task", "api.delete_task", "user_tokens.create", "user_tokens.revoke",
              "user_tokens.created")
-# Everyone's, not one team's: these need the role globally (a team's admin is refused).
-GLOBAL = tuple(e for e in ADMIN + API_ADMIN if e.split(".")[0] in ("users", "user_tokens", "notifications", "alerts"))
+# Everyone's, not one team's: these need the role globally (a team's admin is refused). Alert
+# rules are a team's (its admin makes them; a global rule is checked where it is found).
+GLOBAL = tuple(e for e in ADMIN + API_ADMIN if e.split(".")[0] in ("users", "user_tokens", "notifications",
+                                                                   "teams"))
 NEEDED = {**dict.fromkeys(OPERATOR + API_OPERATOR, "operator"), **dict.fromkeys(ADMIN + API_ADMIN, "admin"),
           **dict.fromkeys(API_VIEWER, "viewer")}
 
@@ -52,6 +54,7 @@ GUARDED_PAGES = {
     "notifications.new_template": "/notifications/templates/new", "users.index": "/users/",
     "users.new": "/users/new", "users.manage": "/users/manage/viewer1",
     "alerts.new_rule": "/notifications/alerts/rules/new", "backfill.form": "/tasks/backfill/roles",
+    "teams.index": "/teams/",
 }
 
 
@@ -66,8 +69,8 @@ def test_every_endpoint_needs_exactly_the_role_written_here(app: Flask) -> None:
 
 
 def test_a_teams_admin_edits_tasks_but_not_what_every_team_shares(app: Flask) -> None:
-    """Admin of ``default`` by a team grant, no global role: the task forms open; users,
-    notification templates and alert rules answer 403, and the navigation has no Users link."""
+    """Admin of ``default`` by a team grant, no global role: the task and alert rule forms open;
+    users, teams and notification templates answer 403, and the navigation has no Users or Teams link."""
     accounts = accounts_of(app)
     accounts.create("teamadmin", "viewer", generate_password_hash("team-admin-password"))
     user = accounts.set_role("teamadmin", None, accounts.get("teamadmin").updated_at)
@@ -78,7 +81,8 @@ def test_a_teams_admin_edits_tasks_but_not_what_every_team_shares(app: Flask) ->
     for endpoint, path in GUARDED_PAGES.items():
         expected = 403 if endpoint in GLOBAL else 200
         assert client.get(path).status_code == expected, endpoint
-    assert 'href="/users/"' not in client.get("/").get_data(as_text=True)
+    home = client.get("/").get_data(as_text=True)
+    assert 'href="/users/"' not in home and 'href="/teams/"' not in home
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@ PostgreSQL and MariaDB (docs/teams.md, "The rule every surface keeps").
 
 The caller is an admin of team ``ops`` with no global role: every role check lets them through,
 so only the team check can stop them. The ``default`` team holds a task, its runs (a success with
-its log row, an unknown one, one whose log is still to be written) and audit entries about them.
+its log row, an unknown one, one whose log is still to be written), audit entries about them, an
+alert rule, an alert, a dead letter and an unknown delivery; a dead letter of no one team (the
+application's own message) is there too, for global users only.
 Walking ``app.url_map`` and the API's ``OPERATIONS`` with ``default``'s identifiers in every URL
 argument:
 
@@ -15,8 +17,7 @@ argument:
 - nothing in the database changes (but the walker's own audit entries: repairing the logs of
   their own team, which has none pending, is still an action the trail keeps).
 
-A new route is walked without editing this file. The surfaces whose team is not built yet are
-named in NOT_YET with the reason; each must leave that list when its team lands.
+A new route is walked without editing this file.
 """
 
 from __future__ import annotations
@@ -34,25 +35,22 @@ from flask.testing import FlaskClient
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
-from scheduler_core.db.tables import executions
+from scheduler_core.db.tables import executions, reach_queue
 from tests.helpers.journal import db_now, execution_row, insert_rows, journal_pending
-from tests.webapp.api_support import snapshot
+from tests.webapp.api_support import queued_row, snapshot
 from tests.webapp.conftest import Auth, csrf_token
 from webapp.api import OPERATIONS
 from webapp.auth import PUBLIC_ENDPOINTS
-from webapp.node import accounts_of, audit_of, scheduler_of
+from webapp.node import accounts_of, audit_of, reach_of, scheduler_of
 
 THEIRS = TaskDefinition(id="ledger-7c1e", name="Ledger 7c1e", cron="0 2 * * *", handler={"kind": "hook"})
 OURS = TaskDefinition(id="ops-job", name="Ops job", cron="0 3 * * *", team="ops", handler={"kind": "hook"})
-OBJECT_ARGUMENTS = ("task_id", "occurrence_id", "log_id")  # a URL argument naming a team's object
+OBJECT_ARGUMENTS = ("task_id", "occurrence_id", "log_id", "queue_id", "name")  # a URL argument naming a team's object
 NOWHERE = "nothing-by-this-id"  # an object that does not exist: what another team's must look like
+NO_QUEUE_ID = "00000000-0000-4000-8000-000000000000"  # a queue id is a UUID: one that names nothing
+RULE = {"name": "walk-default-rule", "events": ["execution.failed"], "template": "walk-alert",
+        "to": "default-oncall@example.com", "team": "default"}
 CSRF_VALUE = re.compile(r'name="csrf[-_]token"[^>]*?(?:content|value)="[^"]*"')  # signed with the time
-NOT_YET = {  # docs/teams.md "Not yet": these surfaces carry no team yet
-    "notifications.": "notifications carry no team yet (reach_queue.team)",
-    "alerts.": "alert rules and alerts per team are not built",
-    "api.list_dead": "notifications carry no team yet", "api.list_unknown_deliveries": "the same",
-    "api.requeue_dead": "the same", "api.resolve_delivery": "the same",
-}
 SKIPPED = {"static": "files", "auth.logout": "ends the walker's own session", "auth.login": "public",
            "oidc.login": "public", "oidc.callback": "public"}
 
@@ -64,10 +62,6 @@ class World:
     token: dict[str, str]
     values: dict[str, str]  # URL arguments: default's objects
     secrets: tuple[str, ...]  # default's identifiers: none may appear in an answer
-
-
-def _not_yet(endpoint: str) -> bool:
-    return any(endpoint == name or (name.endswith(".") and endpoint.startswith(name)) for name in NOT_YET)
 
 
 @pytest.fixture
@@ -89,24 +83,51 @@ def world(db_app: Flask) -> Iterator[World]:
     audit_of(app).record("admin", "task.trigger", THEIRS.id, after={"occurrence_id": ran.occurrence_id})
     audit_of(app).record("admin", "execution.resolve_unknown", unknown, after={"status": "discarded"})
     audit_of(app).record("admin", "user.role", "outsider", after={"role": "walk-secret-user-change"})
+    reach = reach_of(app)
+    reach.templates.create("walk-alert", "log", "{summary}")
+    reach.alerts.save_rule(RULE)
+    dead, undelivered = queued_row(engine, "dead", team="default"), queued_row(engine, "unknown", team="default")
+    alert, unowned = queued_row(engine, "pending", team="default"), queued_row(engine, "dead")
+    with engine.begin() as conn:
+        conn.execute(reach_queue.update().where(reach_queue.c.queue_id == alert).values(alert_rule=RULE["name"]))
     accounts.create("outsider", "viewer", generate_password_hash("outsider-password-1"))
     user = accounts.set_role("outsider", None, accounts.get("outsider").updated_at)
     accounts.set_grants("outsider", {"ops": "admin"}, user.updated_at)
     browser = app.test_client()
     assert Auth(browser).login("outsider", "outsider-password-1").status_code == 302
     token = {"Authorization": f"Bearer {app.extensions['hai_api_tokens'].create('outsider', 'walk').secret}"}
-    values = {"task_id": THEIRS.id, "occurrence_id": unknown, "log_id": ran.id, "name": "admin", "pending": pending,
-              "queue_id": str(uuid.uuid4()), "token_id": str(uuid.uuid4())}
+    values = {"task_id": THEIRS.id, "occurrence_id": unknown, "log_id": ran.id, "name": RULE["name"],
+              "pending": pending, "queue_id": dead, "undelivered": undelivered, "token_id": str(uuid.uuid4())}
     yield World(app, browser, token, values,
-                (THEIRS.id, ran.occurrence_id, ran.id, unknown, pending, "walk-secret-user-change"))
+                (THEIRS.id, ran.occurrence_id, ran.id, unknown, pending, "walk-secret-user-change", dead, undelivered,
+                 alert, unowned, RULE["name"], RULE["to"]))
 
 
 def _values_for(world: World, endpoint: str) -> dict[str, str]:
     """The URL arguments for ``endpoint``: a log repair names the run whose log is pending (it
-    would change something if the team check were missing; the unknown run has no log to repair)."""
+    would change something if the team check were missing; the unknown run has no log to repair);
+    resolving a delivery names the unknown one, the rest the dead letter."""
     if endpoint in ("logs.repair", "api.repair_log"):
         return {**world.values, "occurrence_id": world.values["pending"]}
+    if endpoint in ("notifications.resolve", "api.resolve_delivery"):
+        return {**world.values, "queue_id": world.values["undelivered"]}
     return world.values
+
+
+def _form(world: World, endpoint: str) -> dict[str, Any]:
+    """What a page's form posts besides its token, where an empty form is refused before any row is
+    read: the version of ``default``'s message, so that only the team check can stop the post."""
+    queue = reach_of(world.app).queue
+    if endpoint == "notifications.requeue":
+        return {"expected_updated_at": getattr(queue.get(world.values["queue_id"]), "updated_at", 0)}
+    if endpoint == "notifications.resolve":
+        return {"status": "discarded", "reason": "checked",
+                "expected_updated_at": getattr(queue.get(world.values["undelivered"]), "updated_at", 0)}
+    return {}
+
+
+def _nowhere(name: str) -> str:
+    return NO_QUEUE_ID if name == "queue_id" else NOWHERE
 
 
 def _leaks(world: World, body: str, typed: str) -> list[str]:
@@ -147,7 +168,7 @@ def test_every_route_answers_a_member_of_another_team_as_if_nothing_were_there(w
     with app.test_request_context():
         rules = [rule for rule in app.url_map.iter_rules() if not rule.endpoint.startswith("api.")]
     for rule in rules:
-        if rule.endpoint in SKIPPED or _not_yet(rule.endpoint) or rule.endpoint in PUBLIC_ENDPOINTS:
+        if rule.endpoint in SKIPPED or rule.endpoint in PUBLIC_ENDPOINTS:
             continue
         view = app.view_functions[rule.endpoint]
         named = any(name in OBJECT_ARGUMENTS for name in rule.arguments)
@@ -155,14 +176,15 @@ def test_every_route_answers_a_member_of_another_team_as_if_nothing_were_there(w
             values = _values_for(world, rule.endpoint)
             path = rule.build({name: values.get(name, "walk") for name in rule.arguments},
                               append_unknown=False)[1]
-            nowhere = rule.build({name: (NOWHERE if name in OBJECT_ARGUMENTS else values.get(name, "walk"))
+            nowhere = rule.build({name: (_nowhere(name) if name in OBJECT_ARGUMENTS else values.get(name, "walk"))
                                   for name in rule.arguments}, append_unknown=False)[1]
         globally = bool(getattr(view, "required_globally", False))
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
             walked += 1
 
-            def send(target: str, method: str = method) -> Any:
-                data = {"csrf_token": csrf_token(world.browser, "/")} if method != "GET" else None
+            def send(target: str, method: str = method, endpoint: str = rule.endpoint) -> Any:
+                data = {"csrf_token": csrf_token(world.browser, "/"), **_form(world, endpoint)} \
+                    if method != "GET" else None
                 return world.browser.open(target, method=method, data=data)
 
             absent = send(nowhere).status_code if named else None
@@ -180,6 +202,9 @@ def test_every_api_operation_answers_a_member_of_another_team_as_if_nothing_were
     theirs = scheduler.task_ops.get(THEIRS.id)
     unknown = scheduler.execution.get(world.values["occurrence_id"])
     now = scheduler.task_ops.now_ms()
+    queue = reach_of(world.app).queue
+    dead, undelivered = queue.get(world.values["queue_id"]), queue.get(world.values["undelivered"])
+    assert dead is not None and undelivered is not None
     bodies: dict[str, Any] = {
         "create_task": {"id": "sneak-1", "name": "Sneak", "cron": "*/5 * * * *", "handler": {"kind": "hook"},
                         "team": "default"},
@@ -189,11 +214,11 @@ def test_every_api_operation_answers_a_member_of_another_team_as_if_nothing_were
         "trigger_task": {},
         "backfill_task": {"start_ms": now - 3 * 3_600_000, "end_ms": now - 3_600_000, "reason": "outage"},
         "resolve_execution": {"status": "discarded", "reason": "checked", "expected_updated_at": unknown.updated_at},
+        "requeue_dead": {"expected_updated_at": dead.updated_at},
+        "resolve_delivery": {"status": "discarded", "reason": "checked", "expected_updated_at": undelivered.updated_at},
     }
     client, problems = world.app.test_client(), []
     for op in OPERATIONS:
-        if _not_yet(f"api.{op.endpoint}"):
-            continue
         path = "/api/v1" + op.rule
         for name in op.path_types:
             value = _values_for(world, f"api.{op.endpoint}")[name]
@@ -216,7 +241,8 @@ def test_every_api_operation_answers_a_member_of_another_team_as_if_nothing_were
 
 
 def _more_of_theirs(world: World) -> None:
-    """More of ``default``'s history: a task, an unknown run, a pending log, a run holding a lease."""
+    """More of ``default``'s history: a task, an unknown run, a pending log, a run holding a lease,
+    a dead letter, an unknown delivery and an alert."""
     engine = world.app.extensions["hai_engine"]
     scheduler_of(world.app).register(TaskDefinition(id="ledger-more", name="More", cron="0 4 * * *"))
     now = db_now(engine)
@@ -224,6 +250,11 @@ def _more_of_theirs(world: World) -> None:
                "lease_until": now + 3_600_000, "execution_token": str(uuid.uuid4())}
     insert_rows(engine, executions, [execution_row(str(uuid.uuid4()), now, "unknown", THEIRS.id), running,
                                      execution_row(str(uuid.uuid4()), now, "failed", THEIRS.id, "pending")])
+    queued_row(engine, "dead", team="default")
+    queued_row(engine, "unknown", team="default")
+    alert = queued_row(engine, "dead", team="default")
+    with engine.begin() as conn:
+        conn.execute(reach_queue.update().where(reach_queue.c.queue_id == alert).values(alert_rule=RULE["name"]))
 
 
 def _page(world: World, path: str) -> str:
@@ -236,10 +267,12 @@ def test_what_a_member_counts_does_not_move_with_another_teams_history(world: Wo
     """Counts hold no identifier: a fragment that counted another team's rows would pass the walk.
     So each counting fragment is read, ``default`` gains history, and it must read the same."""
     fragments = ("/overview/counters", "/overview/chart", "/executions/running", "/logs/failures",
-                 "/executions/unknown", "/nodes/")
+                 "/executions/unknown", "/nodes/", "/notifications/counts", "/notifications/dead",
+                 "/notifications/unknown", "/notifications/alerts/", "/notifications/dead/bulk")
     before = {path: _page(world, path) for path in fragments}
     api = {path: world.app.test_client().get(path, headers=world.token).get_json()
-           for path in ("/api/v1/nodes", "/api/v1/logs/failures")}
+           for path in ("/api/v1/nodes", "/api/v1/logs/failures", "/api/v1/notifications/dead",
+                        "/api/v1/notifications/unknown")}
     _more_of_theirs(world)
     for path in fragments:
         after = _page(world, path)

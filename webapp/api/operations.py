@@ -178,10 +178,14 @@ def _entry_audit(entry: Any, expected: int) -> dict[str, Any]:
             "last_failure": entry.last_failure, "attempt_count": entry.attempt_count, "updated_at": expected}
 
 
-def _existing_entry(queue_id: s.QueueId) -> Any:
-    entry = reach_of(current_app).queue.get(queue_id)
+def _existing_entry(caller: Caller, queue_id: s.QueueId) -> Any:
+    """The message the caller sees (404 as for none), when they are an operator of its team (403)."""
+    entry = reach_of(current_app).queue.get(queue_id, caller.access.scope())
     if entry is None:
         raise not_found(f"no queue entry {queue_id}")
+    if not caller.access.may("operator", entry.team):
+        where = f"team {entry.team}" if entry.team is not None else "every team (a global role)"
+        raise ApiProblem(403, "Forbidden", f"this needs the operator role in {where}", FORBIDDEN_CODE)
     return entry
 
 
@@ -189,14 +193,16 @@ def _existing_entry(queue_id: s.QueueId) -> Any:
            query=s.DeadQuery, response=s.DeliveryPage)
 def list_dead(caller: Caller, query: s.DeadQuery) -> s.DeliveryPage:
     page = reach_of(current_app).queue.browse(QueueStatus.DEAD, provider=query.provider, failure=query.failure,
-                                              template=query.template, limit=query.limit, after=query.after)
+                                              template=query.template, limit=query.limit, after=query.after,
+                                              scope=caller.access.scope())
     return s.DeliveryPage(rows=[_delivery(row) for row in page.rows], next_after=page.next_after)
 
 
 @operation("GET", "/notifications/unknown", summary="Deliveries whose outcome is unknown", role="viewer",
            query=s.UnknownQuery, response=s.DeliveryPage)
 def list_unknown_deliveries(caller: Caller, query: s.UnknownQuery) -> s.DeliveryPage:
-    page = reach_of(current_app).queue.browse(QueueStatus.UNKNOWN, limit=query.limit, after=query.after)
+    page = reach_of(current_app).queue.browse(QueueStatus.UNKNOWN, limit=query.limit, after=query.after,
+                                              scope=caller.access.scope())
     return s.DeliveryPage(rows=[_delivery(row) for row in page.rows], next_after=page.next_after)
 
 
@@ -204,10 +210,10 @@ def list_unknown_deliveries(caller: Caller, query: s.UnknownQuery) -> s.Delivery
            role="operator", body=s.Version, response=s.Delivery)
 def requeue_dead(caller: Caller, body: s.Version, queue_id: s.QueueId) -> s.Delivery:
     queue = reach_of(current_app).queue
-    before = _existing_entry(queue_id)
-    after = queue.requeue_dead(queue_id, body.expected_updated_at)
+    before = _existing_entry(caller, queue_id)
+    after = queue.requeue_dead(queue_id, body.expected_updated_at, caller.access.scope("operator"))
     caller.audit("notification.requeue", queue_id, before=_entry_audit(before, body.expected_updated_at),
-                 after={"status": after.status, "attempt_count": after.attempt_count})
+                 after={"status": after.status, "attempt_count": after.attempt_count}, team=before.team)
     return _delivery(QueueRow(after, None))
 
 
@@ -221,10 +227,11 @@ def resolve_delivery(caller: Caller, body: s.ResolveDelivery, queue_id: s.QueueI
     if status == DeliveryResolution.DISCARDED and message_id:
         raise ConfigError("message_id", 'a message id only goes with "sent"')
     queue = reach_of(current_app).queue
-    before = _existing_entry(queue_id)
-    after = queue.resolve_unknown(queue_id, status, message_id, caller.name, body.expected_updated_at)
+    before = _existing_entry(caller, queue_id)
+    after = queue.resolve_unknown(queue_id, status, message_id, caller.name, body.expected_updated_at,
+                                  caller.access.scope("operator"))
     caller.audit("notification.resolve_unknown", queue_id, before=_entry_audit(before, body.expected_updated_at),
-                 after={"status": after.status, "message_id": after.message_id}, reason=reason)
+                 after={"status": after.status, "message_id": after.message_id}, reason=reason, team=before.team)
     return _delivery(QueueRow(after, None))
 
 
