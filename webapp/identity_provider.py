@@ -6,7 +6,8 @@ not answer or does not agree stops start-up with the setting it contradicts. A w
 to boot because of the provider (a restart during an outage would take the scheduler down with
 it): ``Provider`` asks again, backing off, and until it has an answer single sign-on says it is
 unavailable while local accounts keep working. ID tokens are accepted only with an asymmetric
-signature (``SIGNING_ALGORITHMS``), whatever the discovery document lists.
+signature (``SIGNING_ALGORITHMS``), whatever the discovery document lists. What Authlib asks the
+provider itself (the token endpoint, the JWKS) goes through ``BoundedSession``: the same caps.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+from authlib.integrations.requests_client import OAuth2Session
 
 from scheduler_core.errors import ConfigError
 from scheduler_core.oidc_settings import OidcSettings
@@ -30,10 +32,47 @@ logger = logging.getLogger(__name__)
 TIMEOUT_S = 10  # the whole of one request to the provider (discovery, userinfo)
 MAX_DISCOVERY = 256 * 1024  # bytes of a discovery document read
 MAX_USERINFO = 64 * 1024  # bytes of a userinfo answer read
+MAX_ANSWER = 256 * 1024  # bytes of a token endpoint's or JWKS answer read (through Authlib)
 RETRY_S = (5, 300)  # a worker without the discovery document asks again: first after 5 s, doubling to 5 minutes
 SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 REQUIRED_ENDPOINTS = ("authorization_endpoint", "token_endpoint", "jwks_uri", "userinfo_endpoint")
 HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?")
+
+
+class AnswerTooLarge(requests.RequestException):
+    """The provider's answer is larger than this dashboard reads."""
+
+
+def read_capped(response: requests.Response, limit: int) -> bytes:
+    """The body of a streamed ``response``: at most ``limit`` bytes (``AnswerTooLarge``), whole
+    within ``TIMEOUT_S`` from now (``requests.Timeout``; each read returns what has come, so a
+    provider trickling bytes is stopped within one more read's timeout, not at its own pace)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    chunks, size = [], 0
+    while chunk := response.raw.read1(8192, decode_content=True):
+        size += len(chunk)
+        if size > limit or time.monotonic() > deadline:
+            response.close()
+            if size > limit:
+                raise AnswerTooLarge(f"the answer is larger than {limit} bytes", response=response)
+            raise requests.Timeout(f"no whole answer within {TIMEOUT_S} s", response=response)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_bounded(response: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+    """A response hook (``BoundedSession``): the body is read here, before requests reads it
+    whole, by ``read_capped`` (``MAX_ANSWER``)."""
+    response._content = read_capped(response, MAX_ANSWER)  # what .content, .json() and Authlib read
+    return response
+
+
+class BoundedSession(OAuth2Session):  # type: ignore[misc]
+    """Authlib's session to the provider, every answer read by ``read_bounded``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hooks["response"].append(read_bounded)
 
 
 @dataclass(frozen=True)
@@ -45,18 +84,13 @@ class Answer:
 def fetch_json(url: str, limit: int, headers: dict[str, str] | None = None) -> Answer:
     """GET ``url`` (no redirects) within ``TIMEOUT_S`` in all and ``limit`` bytes; raises
     ``requests.RequestException`` when it does not answer in time."""
-    deadline = time.monotonic() + TIMEOUT_S
     with requests.get(url, headers=headers, timeout=TIMEOUT_S, stream=True, allow_redirects=False) as response:
-        chunks, size = [], 0
-        for chunk in response.iter_content(8192):
-            size += len(chunk)
-            if size > limit:
-                return Answer(response.status_code, None)
-            chunks.append(chunk)
-            if time.monotonic() > deadline:  # a provider trickling bytes: one read each under the timeout
-                raise requests.Timeout(f"no whole answer within {TIMEOUT_S} s")
+        try:
+            body = read_capped(response, limit)
+        except AnswerTooLarge:
+            return Answer(response.status_code, None)
     try:
-        return Answer(response.status_code, json.loads(b"".join(chunks)))
+        return Answer(response.status_code, json.loads(body))
     except ValueError:
         return Answer(response.status_code, None)
 

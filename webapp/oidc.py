@@ -30,7 +30,15 @@ from scheduler_core.access import Access
 from scheduler_core.errors import ConfigError
 from scheduler_core.oidc_settings import OidcSettings, SignOn
 from scheduler_core.runtime.accounts import AuditTrail, NameTakenError, SessionUser
-from webapp.identity_provider import MAX_USERINFO, TIMEOUT_S, Answer, Provider, discovery_url, fetch_json
+from webapp.identity_provider import (
+    MAX_USERINFO,
+    TIMEOUT_S,
+    Answer,
+    BoundedSession,
+    Provider,
+    discovery_url,
+    fetch_json,
+)
 from webapp.signin import logins, safe_next, sign_on_of, start_signed_in
 
 logger = logging.getLogger(__name__)
@@ -69,6 +77,7 @@ def install(app: Flask, sign_on: SignOn, environment: str) -> None:
         server_metadata_url=discovery_url(settings.issuer),
         client_kwargs={"scope": " ".join(settings.scopes), "code_challenge_method": "S256",
                        "default_timeout": TIMEOUT_S})
+    client.client_cls = BoundedSession  # the token endpoint's and the JWKS answers: bounded like the rest
     app.extensions["hai_oidc"] = (provider, client)
     provider.metadata()  # now, when it answers
     app.register_blueprint(bp)

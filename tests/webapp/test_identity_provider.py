@@ -24,7 +24,7 @@ from tests.helpers.http_server import RecordingServer
 from tests.helpers.oidc_provider import OidcProvider, authorize_until_callback, require_oidc_provider
 from tests.webapp.conftest import _dashboard
 from webapp import identity_provider
-from webapp.identity_provider import Provider, discover, fetch_json
+from webapp.identity_provider import MAX_ANSWER, AnswerTooLarge, BoundedSession, Provider, discover, fetch_json
 from webapp.oidc import UNREACHABLE_GRACE_MS
 
 
@@ -87,6 +87,23 @@ def test_answers_are_read_within_a_size_and_a_time(monkeypatch: pytest.MonkeyPat
         assert fetch_json(server.url("/status/503"), 100).status == 503
         with pytest.raises(requests.Timeout):
             fetch_json(server.url("/trickle/30"), 100)  # one byte a second: each read is quick, the whole is not
+        assert str(server.wait_for_outcome(timeout=5)).startswith("client gone"), "it waited for the whole answer"
+
+
+def test_what_authlib_asks_the_provider_is_read_within_a_size_and_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The token endpoint's and the JWKS answers (``BoundedSession``, the session Authlib opens)."""
+    monkeypatch.setattr(identity_provider, "TIMEOUT_S", 2)
+    with RecordingServer() as server, BoundedSession(client_id="c") as session:
+        def get(path: str) -> requests.Response:  # as Authlib asks for the JWKS: no token sent
+            return session.request("GET", server.url(path), withhold_token=True)
+
+        assert get("/ok").json() == {"ok": True}
+        assert len(get(f"/huge/{MAX_ANSWER}").content) == MAX_ANSWER
+        with pytest.raises(AnswerTooLarge):
+            get(f"/huge/{MAX_ANSWER + 1}")
+        with pytest.raises(requests.Timeout):
+            get("/trickle/30")  # one byte a second: each read is quick, the whole is not
+        assert str(server.wait_for_outcome(timeout=5)).startswith("client gone"), "it waited for the whole answer"
 
 
 @pytest.mark.parametrize(("listed", "kept"), [

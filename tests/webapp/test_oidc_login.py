@@ -23,6 +23,7 @@ from scheduler_core.oidc_settings import GroupRole, OidcSettings, SignOn
 from scheduler_core.runtime.api_tokens import ApiTokens
 from scheduler_core.settings import read_settings
 from tests.conftest import TestDatabase
+from tests.helpers.http_server import RecordingServer
 from tests.helpers.oidc_provider import (
     MISCHIEF_KINDS,
     OidcProvider,
@@ -30,7 +31,7 @@ from tests.helpers.oidc_provider import (
     require_oidc_provider,
 )
 from tests.webapp.conftest import ADMIN_PASSWORD, _dashboard, csrf_token
-from webapp.identity_provider import discover
+from webapp.identity_provider import MAX_ANSWER, BoundedSession, discover
 
 CLIENT_ID, CLIENT_SECRET = "hai-dashboard", "dashboard-secret-for-tests"
 CALLBACK = "http://localhost/login/sso/callback"
@@ -178,6 +179,23 @@ def test_an_id_token_that_is_not_the_one_asked_for_is_refused(
     assert client.get("/").status_code == 302
     assert _user(sso_app, "bob") is None
     assert _rows(sso_app, user_sessions) == []
+
+
+@pytest.mark.parametrize("route", ["/ok", "/text", f"/huge/{MAX_ANSWER + 1}"])
+def test_a_key_set_that_is_no_key_set_or_too_large_signs_no_one_on(
+        sso_app: Flask, provider: OidcProvider, route: str) -> None:
+    """The provider's JWKS as Authlib reads it (through ``BoundedSession``): a JSON object that is
+    no key set, no JSON at all, or more than the dashboard reads refuses the sign-on, saying so."""
+    with RecordingServer() as keys:
+        client = sso_app.test_client()
+        callback = _walk(client, provider, "bob")
+        oauth_client = sso_app.extensions["hai_oidc"][1]
+        assert oauth_client.client_cls is BoundedSession  # what Authlib asks the provider is read bounded
+        oauth_client.server_metadata.pop("jwks", None)
+        oauth_client.server_metadata["jwks_uri"] = keys.url(route)
+        assert "Single sign-on failed" in _refusal(client, client.get(callback))
+        assert [r.path for r in keys.requests] == [route]  # the key set was asked for, once
+    assert _user(sso_app, "bob") is None and _rows(sso_app, user_sessions) == []
 
 
 def test_groups_that_grant_no_role_sign_no_one_on(sso_app: Flask, provider: OidcProvider) -> None:

@@ -146,13 +146,13 @@ def _check(world: World, what: str, send: Any, absent: int | None, globally: boo
     response = send()
     body = response.get_data(as_text=True)
     problems = []
-    expected = 403 if globally else absent
-    if expected is not None and response.status_code != expected:
-        problems.append(f"{what}: {response.status_code}, not {expected} (as for an object that does not exist)")
-    if absent is not None and not globally and absent not in (303, 400, 404):  # 400: the form, read first
-        problems.append(f"{what}: an object that does not exist answers {absent}, not 404, 400 or a redirect")
     if globally and response.status_code != 403:
         problems.append(f"{what}: {response.status_code}, not 403 (a global role is needed)")
+    if not globally and absent is not None:
+        if response.status_code != absent:
+            problems.append(f"{what}: {response.status_code}, not {absent} (as for an object that does not exist)")
+        if absent not in (303, 400, 404):  # 400: the form, read first
+            problems.append(f"{what}: an object that does not exist answers {absent}, not 404, 400 or a redirect")
     if response.status_code >= 500:
         problems.append(f"{what}: {response.status_code}")
     leaked = _leaks(world, body, typed)
