@@ -165,7 +165,8 @@ def update_rule(name: str) -> ResponseReturnValue:
     except ReachError:
         flash(f"Alert rule {name} changed since you opened it; nothing was saved. Check it and try again.", "error")
         return redirect(url_for("alerts.edit_rule", name=name)), 303
-    record_action("alert_rule.update", name, before=before.to_json(), after=rule.to_json(), team=rule.team)
+    record_action("alert_rule.update", name, before=before.to_json(), after=rule.to_json(),
+                  team=rule.team if rule.team == before.team else None)  # moved: its earlier team's details too
     flash(f"Alert rule {name} saved.", "success")
     return redirect(url_for("alerts.index")), 303
 

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+import urllib3.exceptions
 from authlib.integrations.requests_client import OAuth2Session
 
 from scheduler_core.errors import ConfigError
@@ -49,7 +50,7 @@ def read_capped(response: requests.Response, limit: int) -> bytes:
     provider trickling bytes is stopped within one more read's timeout, not at its own pace)."""
     deadline = time.monotonic() + TIMEOUT_S
     chunks, size = [], 0
-    while chunk := response.raw.read1(8192, decode_content=True):
+    while chunk := _read1(response):
         size += len(chunk)
         if size > limit or time.monotonic() > deadline:
             response.close()
@@ -58,6 +59,20 @@ def read_capped(response: requests.Response, limit: int) -> bytes:
             raise requests.Timeout(f"no whole answer within {TIMEOUT_S} s", response=response)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _read1(response: requests.Response) -> bytes:
+    """What has come of the body (b"" at its end); urllib3's errors as requests' (what the callers
+    catch, as requests' own reading raises them)."""
+    try:
+        chunk: bytes = response.raw.read1(8192, decode_content=True)
+    except urllib3.exceptions.ReadTimeoutError as exc:
+        raise requests.Timeout(f"the answer stopped for {TIMEOUT_S} s", response=response) from exc
+    except urllib3.exceptions.DecodeError as exc:
+        raise requests.exceptions.ContentDecodingError(str(exc), response=response) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:  # the connection broke off, a bad chunk
+        raise requests.exceptions.ChunkedEncodingError(str(exc), response=response) from exc
+    return chunk
 
 
 def read_bounded(response: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:

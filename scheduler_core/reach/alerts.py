@@ -11,6 +11,7 @@ alert in one transaction, so a fact alerts once whatever node sees it, and howev
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import logging
 import threading
 import time
@@ -233,7 +234,7 @@ class Alerts:
     def _queue(self, fact: Fact, rule: AlertRule, now_ms: int) -> RaisedAlert | None:
         """The alert of a fact and rule (None: it could not be queued now; a later look retries)."""
         try:
-            return self._repo().raise_alert(rule.name, fact.event, fact.key, fact.scope, rule.throttle_ms,
+            return self._repo().raise_alert(rule.name, fact.event, fact.key, throttle_scope(fact), rule.throttle_ms,
                                             lambda folded: self._message(rule, fact, folded, now_ms), fact.team)
         except ReachError:
             logger.warning("alert %s for %s could not be queued", rule.name, fact.key, exc_info=True)
@@ -275,6 +276,15 @@ class Alerts:
                                           lambda folded: self._message(rule, fact, folded, now), rule.team)
         assert raised.queue_id is not None
         return raised.queue_id
+
+
+def throttle_scope(fact: Fact) -> str:
+    """What a rule's throttle counts per: the fact's scope (its task, or its event) within its team,
+    so that one team's facts are never folded into another team's alert (nor counted in it)."""
+    if fact.team is None:
+        return fact.scope
+    scoped = f"{fact.team}:{fact.scope}"
+    return scoped if len(scoped) <= 128 else f"{fact.team}:{hashlib.sha256(fact.scope.encode()).hexdigest()}"
 
 
 def covered(rules: Iterable[AlertRule], tasks: Iterable[tuple[str, str]]) -> dict[str, int]:

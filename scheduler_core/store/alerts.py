@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, literal, select, tuple_, update
+from sqlalchemy import and_, delete, func, literal, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.exc import IntegrityError
 
@@ -179,8 +179,10 @@ class AlertRepository:
     @staticmethod
     def _events() -> Any:
         run_team = func.coalesce(executions.c.team, tasks.c.team, literal(DEFAULT_TEAM)).label("run_team")
+        x = executions.c  # the task of the run's team (not another team's task that reuses its id)
+        same_task = and_(tasks.c.id == x.task_id, or_(x.team.is_(None), tasks.c.team == x.team))
         return (select(executions, tasks.c.name.label("task_name"), tasks.c.node_group, run_team)
-                .select_from(executions.outerjoin(tasks, tasks.c.id == executions.c.task_id)))
+                .select_from(executions.outerjoin(tasks, same_task)))
 
     def dead_letters(self, after: tuple[int, str], limit: int) -> list[Row[Any]]:
         q = reach_queue.c

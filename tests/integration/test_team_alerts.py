@@ -13,11 +13,16 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core import TaskDefinition
 from scheduler_core.access import Scope
-from scheduler_core.db.tables import reach_queue
+from scheduler_core.db.tables import executions, reach_queue
 from scheduler_core.errors import ConfigError, ReachConfigError
+from scheduler_core.reach import Reach
+from scheduler_core.store.alerts import AlertRepository
+from scheduler_core.store.tasks import TaskRepository
 from scheduler_core.store.teams import TeamRepository
 from tests.helpers.http_server import RecordingServer
+from tests.helpers.journal import db_now, execution_row, insert_rows
 from tests.integration.test_alerts import (
+    ATTACHED,
     MakeNode,
     _close_attached,
     alerts_sent,
@@ -27,6 +32,7 @@ from tests.integration.test_alerts import (
     receiver,
     wait_until,
 )
+from tests.webapp.api_support import queued_row
 
 __all__ = ["_close_attached", "receiver"]  # fixtures: the receiver, and closing each Reach attached
 
@@ -104,3 +110,31 @@ def test_a_teams_rule_is_refused_what_no_team_owns_and_keeps_its_team(make_node:
         reach.alerts.delete_rule("ops-only", version, other)  # another team's rule: as if gone
     reach.alerts.delete_rule("ops-only", version, Scope(frozenset({"ops"})))
     teams.delete("ops")
+
+
+def test_a_global_rules_throttle_counts_each_teams_facts_apart(engine: Engine, receiver: RecordingServer) -> None:
+    """Two dead letters of two teams within one throttle window: two alerts, each its team's (one
+    team's fact is never folded into, nor counted in, another team's alert)."""
+    TeamRepository(engine).create("ops", "Operations")
+    config = reach_config(receiver)
+    config["alerts"] = [{"name": "dead", "events": ["queue.dead"], "template": "alert", "to": "oncall",
+                         "throttle_ms": 3_600_000}]
+    reach = Reach(engine, config, node_id="scanner")
+    reach.init()
+    ATTACHED.append(reach)
+    for team in ("ops", "default"):
+        queued_row(engine, "dead", team=team)
+    reach.alerts.due()
+    assert reach.alerts.scan() == 2
+    assert sorted(team for _, team, _ in _queued(engine)) == ["default", "ops"]
+
+
+def test_a_run_left_by_a_deleted_task_is_not_named_after_the_task_that_reuses_its_id(engine: Engine) -> None:
+    """Team ops's run of ``backup`` (the task deleted) and team default's new ``backup``: the run's
+    alert carries no name of the other team's task."""
+    TeamRepository(engine).create("ops", "Operations")
+    TaskRepository(engine).insert(TaskDefinition(id="backup", name="Default's backup", cron="0 3 * * *"))
+    run = {**execution_row("o-ops-backup", db_now(engine), "unknown", "backup"), "team": "ops"}
+    insert_rows(engine, executions, [run])
+    (event,) = AlertRepository(engine).journal_events((0, ""), 10)
+    assert (event.team, event.task_name) == ("ops", None)

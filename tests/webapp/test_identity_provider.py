@@ -88,6 +88,9 @@ def test_answers_are_read_within_a_size_and_a_time(monkeypatch: pytest.MonkeyPat
         with pytest.raises(requests.Timeout):
             fetch_json(server.url("/trickle/30"), 100)  # one byte a second: each read is quick, the whole is not
         assert str(server.wait_for_outcome(timeout=5)).startswith("client gone"), "it waited for the whole answer"
+        monkeypatch.setattr(identity_provider, "TIMEOUT_S", 0.5)  # a read waits longer than the socket's timeout
+        with pytest.raises(requests.Timeout):  # requests' error, as the callers catch: not urllib3's
+            fetch_json(server.url("/trickle/30"), 100)
 
 
 def test_what_authlib_asks_the_provider_is_read_within_a_size_and_a_time(monkeypatch: pytest.MonkeyPatch) -> None:

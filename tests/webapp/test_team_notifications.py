@@ -141,3 +141,9 @@ def test_a_teams_admin_keeps_alert_rules_in_their_teams_only(teams_app: Flask) -
                                                                                                   "everyone"}
     viewer = _member(teams_app, "vic", {"ops": "viewer", "default": "admin"})
     assert viewer.get("/notifications/alerts/rules/edit/ops-rule").status_code == 403  # seen, not an admin there
+    moved = _post(global_admin, "/notifications/alerts/rules/edit/everyone",  # a global rule given to ops
+                  {**RULE, "team": "ops", "expected_updated_at": reach_of(teams_app).alerts.stored_versions()[
+                      "everyone"]}, "/notifications/alerts/rules/edit/everyone")
+    assert moved.status_code == 303
+    ops_trail = audit_of(teams_app).list(None, "alert_rule.update", 10, 0, Scope(frozenset({"ops"})))
+    assert ops_trail == []  # its entry holds what it was as a global rule: not ops's to read
