@@ -10,7 +10,10 @@ transition, never deleted, so each only grows -- across workers, restarts and jo
 The windowed gauges (``..._last_24h``, ``..._last_hour_...``) beside them read the journal.
 
 A task has its own counter series when it is among the first ``MAX_TASK_SERIES`` tasks ever
-counted (by its first count's time, then id); every later task counts under ``task="_other"``.
+counted (by its first count's time, then id); every later task counts under ``task="_other"``
+of its team (every per-task series has a ``team`` label: the team it is in now).
+A team's scrape (``render(scope)``) holds the series of its teams only, the same as every team's
+scrape has for them, and counts of what they see (docs/teams.md).
 That order never changes once a task is counted, and counted tasks are never forgotten: a task
 outside the first 100 stays outside, so ``_other`` only ever gains members, and a task inside
 keeps its series (after it is deleted too). Choosing the busiest tasks instead would move a task
@@ -27,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.errors import SchedulerError
 from scheduler_core.store.metrics import MetricsRepository, MetricsSnapshot
 from scheduler_core.store.totals import (
@@ -74,28 +78,28 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
 
 
-def _by_task(snapshot: MetricsSnapshot) -> dict[tuple[str, str], int]:
-    """Executions by (task, status), the busiest ``MAX_TASK_SERIES`` tasks by name, the rest as
-    ``_other``: a scrape's series stay bounded however many tasks there are."""
+def _by_task(snapshot: MetricsSnapshot) -> dict[tuple[str, str, str], int]:
+    """Executions by (task, team, status), the busiest ``MAX_TASK_SERIES`` tasks by name, the
+    rest as ``_other`` of their team: a scrape's series stay bounded however many tasks there are."""
     volume: dict[str, int] = defaultdict(int)
-    for task_id, _, count, _ in snapshot.executions:
+    for task_id, _, _, count, _ in snapshot.executions:
         volume[task_id] += count
     kept = set(sorted(volume, key=lambda task: (-volume[task], task))[:MAX_TASK_SERIES])
-    series: dict[tuple[str, str], int] = defaultdict(int)
-    for task_id, status, count, _ in snapshot.executions:
-        series[(task_id if task_id in kept else OTHER_TASKS, status)] += count
+    series: dict[tuple[str, str, str], int] = defaultdict(int)
+    for task_id, team, status, count, _ in snapshot.executions:
+        series[(task_id if task_id in kept else OTHER_TASKS, team, status)] += count
     return series
 
 
 def _executions(snapshot: MetricsSnapshot) -> Iterator[Metric]:
-    window = GaugeMetricFamily("hai_executions_last_24h", "Executions journaled in the last 24 hours, by task and "
-                               "status (the busiest 100 tasks; the others as task=\"_other\").",
-                               labels=["task", "status"])
-    for (task, status), count in sorted(_by_task(snapshot).items()):
-        window.add_metric([task, status], count)
+    window = GaugeMetricFamily("hai_executions_last_24h", "Executions journaled in the last 24 hours, by task, "
+                               "team and status (the busiest 100 tasks; the others as task=\"_other\").",
+                               labels=["task", "team", "status"])
+    for (task, team, status), count in sorted(_by_task(snapshot).items()):
+        window.add_metric([task, team, status], count)
     yield window
     yield _gauge("hai_lease_takeovers_last_24h", "Ownership takeovers (a lease lost, another node went on) of "
-                 "executions journaled in the last 24 hours.", sum(row[3] for row in snapshot.executions))
+                 "executions journaled in the last 24 hours.", sum(row[4] for row in snapshot.executions))
     open_rows = GaugeMetricFamily("hai_executions_open", "Executions not finished, by status (unknown ones keep "
                                   "their task's slot until an operator decides).", labels=["status"])
     for status in ("unknown", "running", "queued"):
@@ -146,17 +150,18 @@ def _counters(snapshot: MetricsSnapshot) -> Iterator[Metric]:
     """The counters, from ``metric_totals`` summed per series in SQL (tasks past the first
     ``MAX_TASK_SERIES`` counted already as ``_other``: see the module docstring)."""
     series: dict[str, dict[tuple[str, ...], int]] = defaultdict(lambda: defaultdict(int))
-    for metric, scope, label, value in snapshot.totals:
-        series[metric][(scope, label)] += value
+    for metric, scope, label, team, value in snapshot.totals:
+        series[metric][(scope, team, label)] += value
     for metric, name, documentation, label_name in _TASK_COUNTERS:
-        family = CounterMetricFamily(name, documentation, labels=["task", label_name] if label_name else ["task"])
-        for (task, label), value in sorted(series[metric].items()):
-            family.add_metric([task, label] if label_name else [task], value)
+        labels = ["task", "team", label_name] if label_name else ["task", "team"]
+        family = CounterMetricFamily(name, documentation, labels=labels)
+        for (task, team, label), value in sorted(series[metric].items()):
+            family.add_metric([task, team, label] if label_name else [task, team], value)
         yield family
     deliveries = CounterMetricFamily("hai_notification_deliveries", "Deliveries that ended, by provider and "
                                      "outcome (an operator's verdict on an unknown one counts again).",
                                      labels=["provider", "outcome"])
-    for (provider, outcome), value in sorted(series[DELIVERIES].items()):
+    for (provider, _, outcome), value in sorted(series[DELIVERIES].items()):
         deliveries.add_metric([provider, outcome], value)
     yield deliveries
     yield _lateness(series[LATENESS])
@@ -166,7 +171,7 @@ def _lateness(totals: dict[tuple[str, ...], int]) -> Metric:
     """The all-time histogram: each task's bucket rows hold the occurrences in that bucket only,
     summed over tasks and made cumulative here."""
     by_bucket: dict[str, int] = defaultdict(int)
-    for (_, label), value in totals.items():
+    for (_, _, label), value in totals.items():
         by_bucket[label] += value
     buckets, running = [], 0
     for label in (*(str(bound) for bound in LATENESS_BUCKETS_MS), INF):
@@ -178,14 +183,16 @@ def _lateness(totals: dict[tuple[str, ...], int]) -> Metric:
 
 
 class DatabaseCollector(Collector):
-    """Reads the database on each scrape (never caches): every worker reports the same figures."""
+    """Reads the database on each scrape (never caches): every worker reports the same figures;
+    ``scope``'s figures only (every team's by default)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, scope: Scope = EVERY_TEAM) -> None:
         self.repository = MetricsRepository(engine)
+        self.scope = scope
 
     def collect(self) -> Iterable[Metric]:
         try:
-            snapshot = self.repository.snapshot(MAX_TASK_SERIES, OTHER_TASKS)
+            snapshot = self.repository.snapshot(MAX_TASK_SERIES, OTHER_TASKS, self.scope)
         except SchedulerError:  # the database does not answer: say so, and nothing else
             yield _gauge("hai_database_up", "Whether the database answered this scrape.", 0)
             return
@@ -200,11 +207,17 @@ class DatabaseCollector(Collector):
 
 
 class Metrics:
-    """The exposition of one engine's metrics: ``render()`` is a scrape's body."""
+    """The exposition of one engine's metrics: ``render(scope)`` is a scrape's body, every team's
+    figures by default, a team's scrape those of the teams in ``scope``."""
 
     def __init__(self, engine: Engine) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(DatabaseCollector(engine))
+        self.engine = engine
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def registry(self, scope: Scope = EVERY_TEAM) -> CollectorRegistry:
+        """A registry of one collector of ``scope``'s figures (a scrape's; OpenMetrics may render it too)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(DatabaseCollector(self.engine, scope))
+        return registry
+
+    def render(self, scope: Scope = EVERY_TEAM) -> bytes:
+        return generate_latest(self.registry(scope))

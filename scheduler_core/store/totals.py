@@ -3,8 +3,7 @@
 A writer gathers what its transaction changes in a ``Tally`` and calls ``Tally.write(conn)``
 inside that same transaction: a rolled-back transition counts nothing, a committed one counts
 once, with ONE upsert statement for the whole tally. Rows are per task (deliveries: per
-provider), never one global row every node would queue on. Nothing deletes a row: journal
-retention and task deletion leave the totals as they are.
+provider), never one global row every node would queue on. Nothing deletes a count.
 
 What is counted, by ``metric`` (``scope``, ``label``):
 
@@ -17,7 +16,8 @@ What is counted, by ``metric`` (``scope``, ``label``):
   start minus the minute) in the first ``LATENESS_BUCKETS_MS`` bucket that holds it (``+Inf``
   beyond); label ``sum`` adds the ms. Counted when the first ownership ends (terminal commit,
   takeover, expiry to ``unknown``: ``journal.rows.first_lateness``), not on the begin's path;
-- ``task`` (task, ""): a lock row only (``lock_tasks``); the series are ordered by each task's oldest row.
+- ``task`` (task, ""): a lock row only (``lock_tasks``); the series are ordered by each task's oldest row;
+- ``team`` (task, team): no count: the team its last deletion took the task id from (``remember_team``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,14 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     Text,
+    and_,
     bindparam,
     case,
     cast,
     column,
+    delete,
     func,
+    insert,
     literal,
     literal_column,
     or_,
@@ -48,9 +51,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 
+from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.db.clock import db_statement_now_ms
 from scheduler_core.db.engine import dialect_kind
-from scheduler_core.db.tables import metric_totals
+from scheduler_core.db.tables import metric_totals, tasks
 
 EXECUTIONS = "executions"
 TAKEOVERS = "takeovers"
@@ -58,6 +62,7 @@ MISSED = "missed"
 DELIVERIES = "deliveries"
 LATENESS = "lateness"
 TASK = "task"
+TEAM = "team"
 LATENESS_BUCKETS_MS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000)
 LATENESS_SUM = "sum"
 INF = "+Inf"
@@ -189,25 +194,48 @@ def _sqlite_upsert() -> Insert:
 _PG_UPSERT, _SQLITE_UPSERT, _MYSQL_UPSERT = _pg_upsert(), _sqlite_upsert(), _mysql_upsert()
 
 
-def read_series(conn: Connection, max_task_series: int, other: str) -> list[tuple[str, str, str, int]]:
-    """Every counter series: (metric, scope, label, value), summed in SQL (two statements).
+def read_series(conn: Connection, max_task_series: int, other: str,
+                scope: Scope = EVERY_TEAM) -> list[tuple[str, str, str, str, int]]:
+    """Every counter series: (metric, scope, label, team, value), summed in SQL (two statements).
 
     A task keeps its own scope when it is among the first ``max_task_series`` tasks counted, by
     the ``created_at`` of its oldest row (then id): rows are never deleted and ``created_at``
     never changes, so a task's place only moves when a row older than another task's first one
     commits after it (the same milliseconds, at the 100th task). The other tasks are summed under
-    ``other``. Deliveries keep their provider. ``task`` rows (``lock_tasks``) are left out.
+    ``other``, one series per team. A task's team is the one it is in now (a task moved takes its
+    series with it), a deleted task's the one it was deleted from (its ``team`` row; "" when it
+    was deleted before there were such rows). Deliveries keep their provider, with team "".
+    ``task`` and ``team`` rows are not series. A team's ``scope`` reads the rows of its tasks only
+    (no deliveries: they are counted by provider, not by team); the places are the same as every
+    team's, so a team's series are exactly those of a global scrape with its teams.
     """
     t = metric_totals.c
     first = func.min(t.created_at)
-    kept = list(conn.execute(select(t.scope).where(t.metric.not_in((TASK, DELIVERIES))).group_by(t.scope)
+    kept = list(conn.execute(select(t.scope).where(t.metric.not_in((TASK, TEAM, DELIVERIES))).group_by(t.scope)
                              .order_by(first, t.scope).limit(max_task_series)).scalars())
+    marker = metric_totals.alias("marker")
+    owner = (metric_totals.outerjoin(tasks, and_(t.metric != DELIVERIES, tasks.c.id == t.scope))
+             .outerjoin(marker, and_(t.metric != DELIVERIES, marker.c.metric == TEAM, marker.c.scope == t.scope)))
+    nobody = literal("", tasks.c.team.type)
+    team = case((t.metric == DELIVERIES, nobody), else_=func.coalesce(tasks.c.team, marker.c.label, nobody))
+    seen = [] if scope.teams is None else [team.in_(sorted(scope.teams))]  # a delivery's team is "": none
     mapped = select(t.metric, case((or_(t.metric == DELIVERIES, t.scope.in_(kept)), t.scope),
-                                   else_=literal(other, t.scope.type)).label("series"), t.label, t.value
-                    ).where(t.metric != TASK).subquery()
+                                   else_=literal(other, t.scope.type)).label("series"), t.label,
+                    team.label("team"), t.value).select_from(owner).where(t.metric.not_in((TASK, TEAM)),
+                                                                         *seen).subquery()
     m = mapped.c
-    rows = conn.execute(select(m.metric, m.series, m.label, func.sum(m.value)).group_by(m.metric, m.series, m.label))
-    return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
+    rows = conn.execute(select(m.metric, m.series, m.label, m.team, func.sum(m.value))
+                        .group_by(m.metric, m.series, m.label, m.team))
+    return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4])) for r in rows]
+
+
+def remember_team(conn: Connection, task_id: str, team: str) -> None:
+    """The task ``task_id`` is deleted from ``team``: its counter series keep that team (the
+    ``team`` row, one per task id: a later deletion of a task of that id replaces it)."""
+    t = metric_totals.c
+    conn.execute(delete(metric_totals).where(t.metric == TEAM, t.scope == task_id))
+    conn.execute(insert(metric_totals).values(metric=TEAM, scope=task_id, label=team, value=0,
+                                              created_at=db_statement_now_ms()))
 
 
 def lock_tasks(conn: Connection, task_ids: Iterable[str]) -> None:

@@ -71,7 +71,12 @@ def families(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
 
 
 def value(found: dict[str, Any], family: str, sample: str | None = None, **labels: str) -> float:
-    return float(found[family][(("__name__", sample or family), *sorted(labels.items()))])
+    """The one sample of ``family`` named ``sample`` with ``labels`` (a per-task series' ``team``
+    label may be left out: there is one series per task)."""
+    wanted = {"__name__": sample or family, **labels}
+    matches = [v for key, v in found[family].items() if wanted.items() <= dict(key).items()]
+    assert len(matches) == 1, (family, labels, sorted(found[family]))
+    return float(matches[0])
 
 
 # --- access --------------------------------------------------------------------------------

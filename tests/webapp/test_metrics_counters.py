@@ -118,12 +118,14 @@ def test_counters_grow_by_exactly_the_transitions_committed(engine: Engine, shor
 
     found = scrape(engine)
     assert {labels: v for labels, v in found["hai_executions"].items()} == {
-        (("__name__", "hai_executions_total"), ("status", s), ("task", t)): 1.0 for t, s in (
+        (("__name__", "hai_executions_total"), ("status", s), ("task", t), ("team", "")): 1.0 for t, s in (
             ("report", "success"), ("flaky", "failed"), ("busy", "skipped"), ("billing", "unknown"),
             ("billing", "success"), ("nightly", "missed"))}
-    assert found["hai_lease_takeovers"] == {(("__name__", "hai_lease_takeovers_total"), ("task", "idem")): 1}
+    # No task row was made for these ids: a task that is not (or no longer) defined has no team.
+    assert found["hai_lease_takeovers"] == {(("__name__", "hai_lease_takeovers_total"), ("task", "idem"),
+                                             ("team", "")): 1}
     assert found["hai_missed_occurrences"] == {
-        (("__name__", "hai_missed_occurrences_total"), ("task", "nightly")): 5}
+        (("__name__", "hai_missed_occurrences_total"), ("task", "nightly"), ("team", "")): 5}
     assert found["hai_notification_deliveries"] == {
         (("__name__", "hai_notification_deliveries_total"), ("outcome", o), ("provider", "log")): 1.0
         for o in ("sent", "dead")}
@@ -228,7 +230,7 @@ def test_deleting_tasks_and_journal_rows_takes_nothing_from_a_counter(engine: En
     after = counters(scrape(engine))
     assert after == before
     assert after[(("family", "hai_executions"), ("__name__", "hai_executions_total"), ("status", "success"),
-                  ("task", "gone"))] == 1
+                  ("task", "gone"), ("team", ""))] == 1
 
 
 def test_the_lateness_histogram_only_grows_as_time_passes(engine: Engine, short_lease: ExecutionRepository) -> None:
@@ -327,7 +329,7 @@ def populated(engine: Engine, short_lease: ExecutionRepository) -> Iterator[Engi
 
 def test_the_exposition_passes_the_strict_openmetrics_parser(populated: Engine) -> None:
     metrics = Metrics(populated)
-    parsed = {f.name: f for f in openmetrics_families(openmetrics_latest(metrics.registry).decode())}
+    parsed = {f.name: f for f in openmetrics_families(openmetrics_latest(metrics.registry()).decode())}
     assert parsed["hai_executions"].type == "counter"
     assert parsed["hai_fire_lateness_seconds"].type == "histogram"
     assert parsed["hai_fire_lateness_last_hour_occurrences"].type == "gauge"

@@ -82,7 +82,7 @@ def test_every_worker_answers_every_family_alike(served: str) -> None:
     assert first["hai_tasks_paused"] == {(("__name__", "hai_tasks_paused"),): 1.0}
     assert first["hai_tasks_disabled"] == {(("__name__", "hai_tasks_disabled"),): 1.0}
     assert first["hai_executions_last_24h"] == {
-        (("__name__", "hai_executions_last_24h"), ("status", "success"), ("task", "a")): 1.0}
+        (("__name__", "hai_executions_last_24h"), ("status", "success"), ("task", "a"), ("team", "default")): 1.0}
 
 
 def test_no_counter_goes_down_across_both_workers_and_a_restart(tmp_path: Path) -> None:
@@ -109,5 +109,6 @@ def test_no_counter_goes_down_across_both_workers_and_a_restart(tmp_path: Path) 
         close_engine(engine)
     for before, after in itertools.pairwise(scrapes):
         assert_never_lower(before, after)
-    key = (("family", "hai_executions"), ("__name__", "hai_executions_total"), ("status", "success"), ("task", "a"))
+    key = (("family", "hai_executions"), ("__name__", "hai_executions_total"), ("status", "success"), ("task", "a"),
+           ("team", "default"))
     assert [scrape[key] for scrape in scrapes[::2]] == [float(n) for n in (*range(2, 7), *range(8, 13))]

@@ -283,3 +283,14 @@ def test_what_a_member_counts_does_not_move_with_another_teams_history(world: Wo
         assert {k: v for k, v in now.items() if k != "now_ms"} == {k: v for k, v in answer.items() if k != "now_ms"}
     scheduler = scheduler_of(world.app)  # the rows are there: a global caller counts them
     assert any(e.task_id == THEIRS.id for e in scheduler.execution.leases())
+
+
+def test_a_scrape_with_a_members_token_shows_nothing_of_another_team(world: World) -> None:
+    """``/metrics`` is public to the walk above (its own token or address): read with the walker's
+    personal API token it is a team's scrape, with ``default``'s identifiers nowhere."""
+    client = world.app.test_client()
+    problems = _check(world, "GET /metrics (a member's token)", lambda: client.get("/metrics", headers=world.token),
+                      None, False)
+    body = client.get("/metrics", headers=world.token).get_data(as_text=True)
+    assert not problems, "\n".join(problems)
+    assert OURS.id in body and 'team="ops"' in body and 'team="default"' not in body
