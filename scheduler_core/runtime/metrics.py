@@ -58,10 +58,11 @@ _TASK_GAUGES = (
      "log_writes_pending"),
 )
 _TASK_COUNTERS: tuple[tuple[str, str, str, str | None], ...] = (  # metric, family (no _total), help, label
-    (EXECUTIONS, "hai_executions", "Executions that reached a terminal status or unknown, by task and status "
-     "(an operator's verdict on an unknown one counts again under its status).", "status"),
-    (TAKEOVERS, "hai_lease_takeovers", "Ownership takeovers (a lease lost, another node went on), by task.", None),
-    (MISSED, "hai_missed_occurrences", "Occurrences journaled missed (no node ran them), by task.", None),
+    (EXECUTIONS, "hai_executions", "Executions that reached a terminal status or unknown, by task, team and "
+     "status (an operator's verdict on an unknown one counts again under its status).", "status"),
+    (TAKEOVERS, "hai_lease_takeovers", "Ownership takeovers (a lease lost, another node went on), by task and team.",
+     None),
+    (MISSED, "hai_missed_occurrences", "Occurrences journaled missed (no node ran them), by task and team.", None),
 )
 # Counter families by name; their samples end in _total (the text parsers name a family without it).
 COUNTER_NAMES = (*(name for _, name, _, _ in _TASK_COUNTERS), "hai_notification_deliveries",

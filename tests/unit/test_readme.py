@@ -33,8 +33,9 @@ SHELL_SKIPS = {
     "cd tests/helpers/oidc && npm ci --no-audit --no-fund && node provider.mjs example.json":
         "serves until stopped; tests/helpers/oidc_provider.py starts the same provider for the sign-on tests, and "
         "tests/unit/test_readme.py checks example.json against the command below",
+    "./scripts/setup && .venv/bin/hai-scheduler teams create ops --name Operations\n"
     "HAI_OIDC_ISSUER=http://127.0.0.1:9400 HAI_OIDC_CLIENT_ID=hai-dashboard HAI_OIDC_CLIENT_SECRET=example-secret \\\n"
-    "  HAI_OIDC_GROUP_ROLES='ops=default:operator, platform=*:admin' HAI_OIDC_NAME='the test provider' ./scripts/run":
+    "  HAI_OIDC_GROUP_ROLES='ops=ops:operator, platform=*:admin' HAI_OIDC_NAME='the test provider' ./scripts/run":
         "serves until stopped; tests/browser/test_sso.py runs serve with such settings against the test provider",
 }
 # Python blocks that need servers (SMTP, SMS, a webhook receiver) are compiled only.
@@ -119,7 +120,8 @@ def test_the_test_providers_example_matches_the_sign_on_walkthrough() -> None:
     address with these settings: they must agree (issuer, client, secret, redirect URIs, the users' groups)."""
     example = json.loads((ROOT / "tests/helpers/oidc/example.json").read_text())
     (client,) = example["clients"]
-    command = next(code for code in SHELL_SKIPS if code.startswith("HAI_OIDC_ISSUER="))
+    command = next(code for code in SHELL_SKIPS if "HAI_OIDC_ISSUER=" in code)
+    assert "teams create ops " in command and "ops=ops:operator" in command  # the team made before it is named
     assert f"HAI_OIDC_ISSUER=http://127.0.0.1:{example['port']} " in command
     assert f"HAI_OIDC_CLIENT_ID={client['client_id']} " in command
     assert f"HAI_OIDC_CLIENT_SECRET={client['client_secret']} " in command
