@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Engine
 
 from scheduler_core.access import EVERY_TEAM, Scope
+from scheduler_core.db.tables import ID_LENGTH
 from scheduler_core.errors import ConfigError, ReachConfigError, ReachError, TemplateNotFoundError
 from scheduler_core.reach.alert_detectors import ClusterIdle, Detectors, Fact
 from scheduler_core.reach.alert_rules import ALERT_VARIABLES, AlertEvent, AlertRule
@@ -264,7 +265,9 @@ class Alerts:
 
     def send_test(self, name: str, scope: Scope = EVERY_TEAM) -> str:
         """Queue a test alert of a rule (of ``scope``'s teams) now (not throttled, not
-        deduplicated), as the rule's team's; its queue id."""
+        deduplicated), as the rule's team's; its queue id. The stored rules are read again
+        first: a rule another process moved to another team is not its former team's to test."""
+        self._stored_at = 0.0
         rule = next((r for r in self.rules(scope) if r.name == name), None)
         if rule is None:
             raise ReachConfigError("rule", f"no alert rule {name!r}")
@@ -284,7 +287,7 @@ def throttle_scope(fact: Fact) -> str:
     if fact.team is None:
         return fact.scope
     scoped = f"{fact.team}:{fact.scope}"
-    return scoped if len(scoped) <= 128 else f"{fact.team}:{hashlib.sha256(fact.scope.encode()).hexdigest()}"
+    return scoped if len(scoped) <= ID_LENGTH else f"{fact.team}:{hashlib.sha256(fact.scope.encode()).hexdigest()}"
 
 
 def covered(rules: Iterable[AlertRule], tasks: Iterable[tuple[str, str]]) -> dict[str, int]:

@@ -15,11 +15,11 @@ from scheduler_core.errors import ProviderNotFoundError, ReachConfigError
 from scheduler_core.reach.base import Provider, RenderedMessage
 from scheduler_core.reach.config import TEMPLATE_SUBJECT_MAX, TemplateConfig
 from scheduler_core.reach.templates import check_vars, render
-from scheduler_core.validation import ID_MAX, check_json_object, check_optional_text, check_text
+from scheduler_core.validation import ID_MAX, check_json_object, check_optional_text, check_team, check_text
 
-__all__ = ["MESSAGE_FIELDS", "RECIPIENT_MAX", "RENDERED_BODY_MAX", "compose"]
+__all__ = ["MESSAGE_FIELDS", "RECIPIENT_MAX", "RENDERED_BODY_MAX", "compose", "message_team"]
 
-MESSAGE_FIELDS = ("to", "provider", "template", "subject", "body", "vars", "extra")
+MESSAGE_FIELDS = ("to", "provider", "template", "subject", "body", "vars", "extra", "team")
 RECIPIENT_MAX = 1_024  # an address, a phone number, a webhook id or URL
 RENDERED_BODY_MAX = 1_000_000  # a template's 65,535 characters with its variables filled in
 
@@ -57,3 +57,10 @@ def compose(message: Mapping[str, Any], find_template: Callable[[Any], TemplateC
         raise ProviderNotFoundError(f"provider {provider_name!r} is not configured")
     provider.validate_recipient(to)
     return provider, RenderedMessage(to, subject, body, dict(extra)), template_name
+
+
+def message_team(message: Mapping[str, Any]) -> str | None:
+    """The team a message is about (its queue row is that team's to see and settle), or None:
+    every team's, for global users. A team id's form only: that it exists is the queue's check."""
+    team = message.get("team") if isinstance(message, Mapping) else None
+    return None if team is None else check_team(team, "team", ReachConfigError)

@@ -120,11 +120,10 @@ class QueueOperations:
     def counts(self, cap: int | None = None, scope: Scope = EVERY_TEAM) -> dict[str, int]:
         """Messages per status (every status present, zero when none). With ``cap`` each status
         is counted up to ``cap + 1`` only (a bounded scan; more than ``cap`` shows as ``cap + 1``)."""
-        if cap is None and scope.teams is None:
-            found = self._repo().count_by_status()
+        if cap is None:
+            found = self._repo().count_by_status(scope)
         else:
-            found = self._repo().count_by_status_capped(
-                QUEUE_STATUSES, 1_000_000 if cap is None else _int(cap, "cap", 1, 1_000_000), scope)
+            found = self._repo().count_by_status_capped(QUEUE_STATUSES, _int(cap, "cap", 1, 1_000_000), scope)
         return {status: found.get(status, 0) for status in QUEUE_STATUSES}
 
     def list(self, status: str, limit: int = 50, offset: int = 0, scope: Scope = EVERY_TEAM) -> list[QueueEntry]:

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine
 
 from scheduler_core.db import pool_capacity, prepare_engine, upgrade
 from scheduler_core.errors import (
+    ConfigError,
     DeliveryRejectedError,
     DndBlockedError,
     ReachConfigError,
@@ -36,12 +37,13 @@ from scheduler_core.reach.alerts import Alerts
 from scheduler_core.reach.base import Provider, RenderedMessage
 from scheduler_core.reach.config import DndConfig, QueuePolicy, ReachConfig, TemplateConfig
 from scheduler_core.reach.dnd import in_window, window_end_ms
-from scheduler_core.reach.messages import compose
+from scheduler_core.reach.messages import compose, message_team
 from scheduler_core.reach.providers import build_providers
 from scheduler_core.reach.queue import ROUND_LIMIT, DeliveryRounds, QueueOperations, RoundReport
 from scheduler_core.reach.template_operations import TemplateOperations
 from scheduler_core.store.reach_queue import QueueRepository
 from scheduler_core.store.reach_templates import TemplateRepository
+from scheduler_core.store.teams import TeamRepository
 from scheduler_core.validation import ID_MAX, check_text
 
 logger = logging.getLogger("scheduler_core.reach")
@@ -129,14 +131,24 @@ class Reach:
     # --- sending ---------------------------------------------------------------------------
 
     def send(self, message: Mapping[str, Any]) -> SendResult:
+        """Deliver now, or queue through do-not-disturb. ``team``: the team the message is about
+        (a team here); its queued row is that team's to see and settle (none: global users')."""
         config = self._require_config()
         provider, rendered, template = compose(message, self._template, self._providers)
+        team = message_team(message)
+        if team is not None and team not in self._teams():
+            raise ReachConfigError("team", f"names no team here: {team!r}")
         now_ms = self._now()
         if in_window(config.dnd, now_ms):
             if config.dnd.strategy == "discard":
                 raise DndBlockedError("do-not-disturb is on: the message was discarded")
-            return self._enqueue(provider, rendered, template, window_end_ms(config.dnd, now_ms))
+            return self._enqueue(provider, rendered, template, window_end_ms(config.dnd, now_ms), team)
         return self._deliver_now(provider, rendered)
+
+    def _teams(self) -> set[str]:
+        if self._engine is None:
+            raise ReachConfigError("team", "needs the database: a message's team is where its queued row is seen")
+        return {team.id for team in TeamRepository(self._engine).all()}
 
     def find_template(self, name: Any) -> TemplateConfig:
         """A template by name: configuration first, then the database."""
@@ -164,14 +176,16 @@ class Reach:
         raise SendFailedError(f"{provider.name} did not deliver: {delivery.error}", **details)
 
     def _enqueue(self, provider: Provider, message: RenderedMessage, template: str | None,
-                 not_before: int) -> SendResult:
+                 not_before: int, team: str | None) -> SendResult:
         repo = self._require_queue()
         policy = self._require_config().queue
         queue_id = str(uuid.uuid4())
         try:
             repo.enqueue(queue_id, provider.name, template, message.to, message.subject, message.body,
                          message.extra, (policy.max_attempts, policy.retry_delay_ms, policy.max_retry_delay_ms),
-                         not_before)
+                         not_before, team)
+        except ConfigError as exc:  # the team was deleted since it was read: nothing was queued
+            raise ReachConfigError("team", exc.message) from None
         except Exception as exc:  # never report a message as queued unless the row is committed
             raise SendFailedError(f"the message could not be queued: {exc}") from exc
         return SendResult(provider.name, None, deferred=True, queue_id=queue_id)

@@ -25,6 +25,7 @@ from scheduler_core.statuses import QueueStatus
 from scheduler_core.store.dialect import greatest
 from scheduler_core.store.owner_write import Owned, owner_write
 from scheduler_core.store.reach_queue_pages import QueueEntry, QueuePages, entry_from_row
+from scheduler_core.store.teams import check_team_exists
 from scheduler_core.store.totals import Tally
 from scheduler_core.store.transactions import one_row, read, write
 
@@ -83,17 +84,21 @@ class QueueRepository(QueuePages):
         return to_ms(read(self.engine, lambda conn: conn.execute(select(db_now_ms())).scalar_one()), "db_now_ms")
 
     def enqueue(self, queue_id: str, provider: str, template: str | None, recipient: str, subject: str | None,
-                body: str, extra: dict[str, Any], policy: tuple[int, int, int], not_before: int | None) -> None:
+                body: str, extra: dict[str, Any], policy: tuple[int, int, int], not_before: int | None,
+                team: str | None = None) -> None:
         """Insert a ``pending`` row; committed when this returns. ``policy`` =
-        (max_attempts, retry_delay_ms, max_retry_delay_ms), stored with the message."""
+        (max_attempts, retry_delay_ms, max_retry_delay_ms), stored with the message. ``team``: the
+        team it is about (it must exist: ``ConfigError`` naming ``team``); None, every team's."""
         max_attempts, delay, max_delay = policy
 
         def work(conn: Connection) -> None:
+            if team is not None:
+                check_team_exists(conn, team)
             now = db_statement_now_ms()  # one reading: created_at = updated_at
             conn.execute(reach_queue.insert().values(
                 queue_id=queue_id, provider=provider, template=template, recipient=recipient, subject=subject,
                 body=body, extra=extra, status=QueueStatus.PENDING, attempt_count=0, max_attempts=max_attempts,
-                retry_delay_ms=delay, max_retry_delay_ms=max_delay,
+                retry_delay_ms=delay, max_retry_delay_ms=max_delay, team=team,
                 next_attempt_at=now if not_before is None else not_before, created_at=now, updated_at=now))
 
         write(self.engine, work)

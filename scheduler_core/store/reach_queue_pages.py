@@ -88,8 +88,9 @@ class QueuePages:
         row = read(self.engine, lambda conn: conn.execute(query).first())
         return entry_from_row(row) if row is not None else None
 
-    def count_by_status(self) -> dict[str, int]:
-        query = select(reach_queue.c.status, func.count()).group_by(reach_queue.c.status)
+    def count_by_status(self, scope: Scope = EVERY_TEAM) -> dict[str, int]:
+        """Messages per status (in ``scope``), every one counted."""
+        query = select(reach_queue.c.status, func.count()).where(*_scoped([], scope)).group_by(reach_queue.c.status)
         return read(self.engine, lambda conn: {row[0]: int(row[1]) for row in conn.execute(query)})
 
     def list(self, status: QueueStatus, limit: int, offset: int, scope: Scope = EVERY_TEAM) -> list[QueueEntry]:

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text, update
 from sqlalchemy.engine import Engine
 
+from scheduler_core.access import Scope
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.db.tables import reach_queue
 from scheduler_core.errors import ReachConfigError, ReachError
@@ -18,6 +19,7 @@ from scheduler_core.store.reach_queue import QueueRepository, Settlement
 from scheduler_core.store.reach_queue_pages import QueueFilter
 from tests.conftest import TestDatabase
 from tests.helpers.race import race
+from tests.webapp.api_support import queued_row
 
 POLICY = (3, 1_000, 4_000)
 
@@ -278,3 +280,15 @@ def test_a_settle_that_waited_on_a_row_lock_past_its_lease_is_refused(server_dat
         assert entry is not None and entry.status == "processing"
     finally:
         close_engine(engine)
+
+
+def test_a_teams_counts_are_exact_without_a_cap_and_bounded_with_one(repo: QueueRepository, engine: Engine) -> None:
+    for team in ("ops", "ops", "ops", "default", None):
+        queued_row(engine, "dead", team=team)
+    ops = QueueOperations(lambda: repo)
+    scope = Scope(frozenset({"ops"}))
+    assert ops.counts(scope=scope)["dead"] == 3  # every one of the team's, no hidden cap
+    assert ops.counts(cap=1, scope=scope)["dead"] == 2  # "more than 1"
+    assert ops.counts(scope=Scope(frozenset({"ops", "default"})))["dead"] == 4
+    assert ops.counts(scope=Scope(frozenset()))["dead"] == 0  # no team: nothing, and no error
+    assert ops.counts()["dead"] == 5

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from scheduler_core import Scheduler, SchedulerConfig
+from scheduler_core.access import Scope
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.errors import (
     DndBlockedError,
@@ -25,6 +26,7 @@ from scheduler_core.errors import (
 from scheduler_core.reach import Reach
 from scheduler_core.reach.queue import RoundReport
 from scheduler_core.store.reach_queue import QueueRepository
+from scheduler_core.store.teams import TeamRepository
 from scheduler_core.testing import clock_offset, set_clock_offset
 from tests.conftest import TestDatabase
 from tests.helpers.http_server import RecordingServer
@@ -295,3 +297,37 @@ def test_a_round_first_settles_the_claims_of_a_vanished_owner(engine: Engine, re
     entry = reach.queue.get(queue_id)
     assert entry is not None and entry.status == "unknown"
     assert receiver.requests == []
+
+
+def test_a_message_about_a_team_is_that_teams_in_the_queue(engine: Engine, receiver: RecordingServer,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``team`` on a send: its queued row is the team's (members see and settle it); a bad team is
+    refused naming ``team`` and queues nothing, whether the message would be held or sent now."""
+    teams = TeamRepository(engine)
+    teams.create("ops", "Operations")
+    reach = _reach(engine, _config(receiver, dnd={**_window_around_now(), "strategy": "delay"}))
+    held = reach.send({"provider": "hook", "to": "u", "body": "b", "team": "ops"}).queue_id
+    nobodys = reach.send({"provider": "hook", "to": "u", "body": "b"}).queue_id
+    assert held is not None and nobodys is not None
+    ops = Scope(frozenset({"ops"}))
+    entry = reach.queue.get(held, ops)
+    assert entry is not None and entry.team == "ops" and reach.queue.get(nobodys, ops) is None
+    before = reach.queue.counts()
+    sender_now = _reach(engine, _config(receiver))
+    for team in ("Ops", "nobody", "ops\x00", 7, "", "x" * 65):
+        for which in (reach, sender_now):
+            with pytest.raises(ReachConfigError) as info:
+                which.send({"provider": "hook", "to": "u", "body": "b", "team": team})
+            assert info.value.field == "team", (team, info.value)
+            assert ("names no team here" if team == "nobody" else "must") in str(info.value), info.value
+    assert reach.queue.counts() == before and len(receiver.requests) == 0
+    assert sender_now.send({"provider": "hook", "to": "u", "body": "b", "team": "ops"}).message_id is not None
+    with pytest.raises(ReachConfigError) as info:  # without a database a team cannot be checked
+        _reach(None, _config(receiver)).send({"provider": "log", "to": "x", "body": "b", "team": "ops"})
+    assert info.value.field == "team"
+    teams.create("short-lived", "Short-lived")
+    monkeypatch.setattr(Reach, "_teams", lambda self: {"ops", "short-lived"})  # read before its deletion
+    teams.delete("short-lived")
+    with pytest.raises(ReachConfigError) as info:
+        reach.send({"provider": "hook", "to": "u", "body": "b", "team": "short-lived"})
+    assert info.value.field == "team" and reach.queue.counts() == before

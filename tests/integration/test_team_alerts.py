@@ -87,6 +87,21 @@ def test_a_test_alert_is_its_rules_team_and_a_global_ones_no_teams(make_node: Ma
         reach.alerts.send_test("ops", ops)  # a global rule is not a team's to test
 
 
+def test_a_rule_moved_by_another_process_is_no_longer_its_former_teams_to_test(
+        make_node: MakeNode, engine: Engine, receiver: RecordingServer) -> None:
+    TeamRepository(engine).create("ops", "Operations")
+    here, there = (attach(engine, make_node(), reach_config(receiver)) for _ in range(2))
+    rule = {"name": "moving", "events": ["task.paused"], "template": "alert", "to": "pager", "team": "ops"}
+    here.alerts.save_rule(rule)
+    ops = Scope(frozenset({"ops"}))
+    assert [r.name for r in here.alerts.rules(ops)] == ["moving"]  # read, and kept for a while here
+    there.alerts.save_rule({**rule, "team": "default"}, there.alerts.stored_versions()["moving"])
+    with pytest.raises(ReachConfigError, match="no alert rule 'moving'"):
+        here.alerts.send_test("moving", ops)
+    queued = here.queue.get(here.alerts.send_test("moving", Scope(frozenset({"default"}))))
+    assert queued is not None and queued.team == "default"
+
+
 def test_a_teams_rule_is_refused_what_no_team_owns_and_keeps_its_team(make_node: MakeNode, engine: Engine,
                                                                      receiver: RecordingServer) -> None:
     teams = TeamRepository(engine)
