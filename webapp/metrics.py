@@ -19,6 +19,7 @@ from flask import Blueprint, Flask, Response, current_app, request
 from flask.typing import ResponseReturnValue
 
 from scheduler_core.access import EVERY_TEAM, Scope
+from scheduler_core.errors import SchedulerError
 from scheduler_core.runtime.api_tokens import ApiTokens
 from scheduler_core.runtime.metrics import CONTENT_TYPE, Metrics
 from scheduler_core.settings import metrics_networks, metrics_token
@@ -60,7 +61,10 @@ def _refused(status: int, message: str) -> Response:
 def _token_scope(given: str) -> Scope | Response:
     """What a personal API token's user may see now, or the refusal."""
     tokens: ApiTokens = current_app.extensions["hai_api_tokens"]
-    check = tokens.use(given, int(current_app.config["API_RATE_LIMIT"]))
+    try:
+        check = tokens.use(given, int(current_app.config["API_RATE_LIMIT"]))
+    except SchedulerError as exc:  # the scrape is answered, and Prometheus marks the target down
+        return _refused(503, f"the database did not answer, so the token could not be checked: {exc.name}")
     if check is None:
         return _refused(401, "wrong metrics token (neither HAI_METRICS_TOKEN nor a valid personal API token)")
     if not check.allowed:

@@ -214,6 +214,8 @@ metric_totals = Table(
     Column("metric", String(32), primary_key=True),  # executions, takeovers, missed, deliveries, lateness, task
     Column("scope", String(ID_LENGTH), primary_key=True),  # the task id (deliveries: the provider)
     Column("label", String(64), primary_key=True),  # status, outcome, lateness bucket bound, or ""
+    # the team its task was in when counted ("": deliveries, lock rows, a task gone; migration 0028)
+    Column("team", String(64), primary_key=True, server_default=""),
     Column("value", BigInteger, nullable=False),
     ms_column("created_at"),  # first written: the stable order that picks the tasks with their own series
     **MYSQL_TABLE_OPTIONS,

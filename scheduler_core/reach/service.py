@@ -29,6 +29,7 @@ from scheduler_core.errors import (
     DndBlockedError,
     ReachConfigError,
     ReachNotInitializedError,
+    SchedulerError,
     SendFailedError,
     TemplateNotFoundError,
 )
@@ -148,7 +149,10 @@ class Reach:
     def _teams(self) -> set[str]:
         if self._engine is None:
             raise ReachConfigError("team", "needs the database: a message's team is where its queued row is seen")
-        return {team.id for team in TeamRepository(self._engine).all()}
+        try:
+            return {team.id for team in TeamRepository(self._engine).all()}
+        except SchedulerError as exc:  # nothing was sent: a send's failure, as the queue's would be
+            raise SendFailedError(f"the message's team could not be read: {exc}") from exc
 
     def find_template(self, name: Any) -> TemplateConfig:
         """A template by name: configuration first, then the database."""
@@ -185,7 +189,7 @@ class Reach:
                          message.extra, (policy.max_attempts, policy.retry_delay_ms, policy.max_retry_delay_ms),
                          not_before, team)
         except ConfigError as exc:  # the team was deleted since it was read: nothing was queued
-            raise ReachConfigError("team", exc.message) from None
+            raise ReachConfigError("team", exc.message.removeprefix(f"{exc.field}: ")) from None
         except Exception as exc:  # never report a message as queued unless the row is committed
             raise SendFailedError(f"the message could not be queued: {exc}") from exc
         return SendResult(provider.name, None, deferred=True, queue_id=queue_id)

@@ -61,6 +61,12 @@ class Hooks:
     def event(request: ExecutionRequest, **outcome: Any) -> TaskEvent:
         return TaskEvent(task=request.task, context=request.context, signal=request.signal, **outcome)
 
+    def observe_run(self, name: str, request: ExecutionRequest, **outcome: Any) -> None:
+        """``observe`` with the event of ``request``, made only when the hook is set (a runner
+        calls two observers per attempt: with none set, that is nothing)."""
+        if getattr(self, name) is not None:
+            self.observe(name, self.event(request, **outcome))
+
     def observe(self, name: str, event: TaskEvent) -> None:
         """Call an observational hook; its failure is logged, never propagated."""
         hook: Hook | None = getattr(self, name)

@@ -139,10 +139,8 @@ class Runner:
 
     def _close_open_attempts(self) -> None:
         """Attempts begun by a previous owner that never reported: their effect is unknown."""
-        self.owned.attempts = [
-            a if a.status is not None else replace(
-                a, status=AttemptStatus.UNKNOWN, finished_at=a.finished_at,
-                error=f"owner {a.node_id} lost its lease before reporting (taken over)")
+        self.owned.attempts = [a if a.status is not None else replace(
+            a, status=AttemptStatus.UNKNOWN, error=f"owner {a.node_id} lost its lease before reporting (taken over)")
             for a in self.owned.attempts]
 
     def _begin_request(self) -> BeginRequest:
@@ -200,11 +198,12 @@ class Runner:
                                 signal=self.signal, hooks=self.ctx.hooks)
 
     def _call_handler(self) -> Outcome:
-        last = self.owned.attempts[-1]  # its start is the handler's (the begin may be a moment older)
-        self.owned.attempts[-1] = replace(last, started_at=max(last.started_at, self.ctx.clock.now_ms()))
+        last, now = self.owned.attempts[-1], self.ctx.clock.now_ms()  # begun, no outcome yet: it starts now
+        self.owned.attempts[-1] = Attempt(log_id=last.log_id, attempt=last.attempt, sequence=last.sequence,
+                                          node_id=last.node_id, started_at=max(last.started_at, now))
         request = self._request()
         hooks = request.hooks
-        hooks.observe("on_task_start", hooks.event(request))
+        hooks.observe_run("on_task_start", request)
         executor = self.ctx.executors.get(str(request.handler.get("kind", "hook")))
         if executor is None:
             outcome = Outcome(AttemptStatus.INTERRUPTED,
@@ -215,14 +214,15 @@ class Runner:
             except Exception as exc:  # an executor bug must not leave the slot held forever
                 outcome = Outcome(AttemptStatus.FAILED, error=f"executor error: {type(exc).__name__}: {exc}")
         name = "on_task_finish" if outcome.status == AttemptStatus.SUCCESS else "on_task_error"
-        hooks.observe(name, hooks.event(request, status=outcome.status, result=outcome.result, error=outcome.error))
+        hooks.observe_run(name, request, status=outcome.status, result=outcome.result, error=outcome.error)
         self._record(outcome)
         return outcome
 
     def _record(self, outcome: Outcome) -> None:
-        last = self.owned.attempts[-1]
-        self.owned.attempts[-1] = replace(last, status=AttemptStatus(outcome.status), error=outcome.error,
-                                          result=outcome.result, finished_at=self.ctx.clock.now_ms())
+        last = self.owned.attempts[-1]  # made directly: ``dataclasses.replace`` costs twice as much, per run
+        self.owned.attempts[-1] = Attempt(last.log_id, last.attempt, last.sequence, last.node_id, last.started_at,
+                                          self.ctx.clock.now_ms(), AttemptStatus(outcome.status), outcome.error,
+                                          outcome.result)
 
     def _decide(self, outcome: Outcome) -> Step:
         """Turn an attempt's outcome into the execution's next step."""

@@ -144,11 +144,12 @@ class MetricsRepository:
                          func.coalesce(func.sum(e.sequence - literal(1)), 0).label("takeovers")
                          ).where(e.created_at >= since).group_by(e.task_id, e.status, e.team).subquery()
         g = grouped.c
-        team = func.coalesce(g.team, tasks.c.team, DEFAULT_TEAM)
-        seen = [] if scope.teams is None else [team.in_(sorted(scope.teams))]
-        rows = conn.execute(select(g.task_id, team, g.status, func.sum(g.n), func.sum(g.takeovers))
-                            .select_from(grouped.outerjoin(tasks, tasks.c.id == g.task_id)).where(*seen)
-                            .group_by(g.task_id, team, g.status)).all()
+        teamed = select(g.task_id, g.status, func.coalesce(g.team, tasks.c.team, DEFAULT_TEAM).label("team"), g.n,
+                        g.takeovers).select_from(grouped.outerjoin(tasks, tasks.c.id == g.task_id)).subquery()
+        t = teamed.c
+        seen = [] if scope.teams is None else [t.team.in_(sorted(scope.teams))]
+        rows = conn.execute(select(t.task_id, t.team, t.status, func.sum(t.n), func.sum(t.takeovers)).where(*seen)
+                            .group_by(t.task_id, t.team, t.status)).all()
         return tuple((str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4])) for r in rows)
 
     @staticmethod

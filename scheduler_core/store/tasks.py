@@ -27,7 +27,6 @@ from scheduler_core.model import DECLARED, TaskDefinition, declared_json, valida
 from scheduler_core.statuses import ExecutionStatus
 from scheduler_core.store.dialect import StatementCache, greatest, insert_ignore
 from scheduler_core.store.teams import check_team_exists, freeze_history
-from scheduler_core.store.totals import remember_team
 from scheduler_core.store.transactions import AutocommitLine, one_row, read, write
 from scheduler_core.task_policies import Pause
 from scheduler_core.task_schema import DeclaredField, Widget
@@ -278,7 +277,6 @@ class TaskRepository:
             if team is None or not one_row(conn.execute(delete(tasks).where(*condition)), f"deleting task {task_id!r}"):
                 return False
             freeze_history(conn, task_id, team)
-            remember_team(conn, task_id, team)  # its /metrics series keep their team label
             conn.execute(delete(slots).where(slots.c.task_id == task_id, slots.c.occurrence_id.is_(None)))
             self._bump_version(conn)
             return True

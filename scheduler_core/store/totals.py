@@ -3,7 +3,8 @@
 A writer gathers what its transaction changes in a ``Tally`` and calls ``Tally.write(conn)``
 inside that same transaction: a rolled-back transition counts nothing, a committed one counts
 once, with ONE upsert statement for the whole tally. Rows are per task (deliveries: per
-provider), never one global row every node would queue on. Nothing deletes a count.
+provider) and per ``team``, the team its task is in when counted (read by the upsert; "" for
+deliveries, lock rows, a task gone), never one global row every node would queue on; none is deleted.
 
 What is counted, by ``metric`` (``scope``, ``label``):
 
@@ -16,8 +17,7 @@ What is counted, by ``metric`` (``scope``, ``label``):
   start minus the minute) in the first ``LATENESS_BUCKETS_MS`` bucket that holds it (``+Inf``
   beyond); label ``sum`` adds the ms. Counted when the first ownership ends (terminal commit,
   takeover, expiry to ``unknown``: ``journal.rows.first_lateness``), not on the begin's path;
-- ``task`` (task, ""): a lock row only (``lock_tasks``); the series are ordered by each task's oldest row;
-- ``team`` (task, team): no count: the team its last deletion took the task id from (``remember_team``).
+- ``task`` (task, ""): a lock row only (``lock_tasks``); the series are ordered by each task's oldest row.
 """
 
 from __future__ import annotations
@@ -31,14 +31,11 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     Text,
-    and_,
     bindparam,
     case,
     cast,
     column,
-    delete,
     func,
-    insert,
     literal,
     literal_column,
     or_,
@@ -54,7 +51,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from scheduler_core.access import EVERY_TEAM, Scope
 from scheduler_core.db.clock import db_statement_now_ms
 from scheduler_core.db.engine import dialect_kind
-from scheduler_core.db.tables import metric_totals, tasks
+from scheduler_core.db.tables import metric_totals, nopad_collation, tasks
 
 EXECUTIONS = "executions"
 TAKEOVERS = "takeovers"
@@ -62,7 +59,7 @@ MISSED = "missed"
 DELIVERIES = "deliveries"
 LATENESS = "lateness"
 TASK = "task"
-TEAM = "team"
+NO_TEAM = (DELIVERIES, TASK)  # counted with team ""
 LATENESS_BUCKETS_MS = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000)
 LATENESS_SUM = "sum"
 INF = "+Inf"
@@ -139,9 +136,10 @@ def _add(conn: Connection, ordered: Sequence[tuple[Key, int]]) -> None:
     if kind == "postgresql":
         conn.execute(_PG_UPSERT, {"rows": json.dumps([[m, s, lb, n] for (m, s, lb), n in ordered])})
     elif kind == "sqlite":
-        conn.execute(_SQLITE_UPSERT, [{"metric": m, "scope": s, "label": lb, "value": n} for (m, s, lb), n in ordered])
+        conn.execute(_SQLITE_UPSERT, [{"metric": m, "scope": s, "label": lb, "value": n, "row_metric": m,
+                                       "row_scope": s} for (m, s, lb), n in ordered])
     else:
-        conn.execute(_MYSQL_UPSERT, {"rows": json.dumps([[m, s, lb, n] for (m, s, lb), n in ordered])})
+        conn.execute(_mysql_upsert_for(conn), {"rows": json.dumps([[m, s, lb, n] for (m, s, lb), n in ordered])})
 
 
 # On PostgreSQL and SQLite the upsert's SQL does not depend on the tally, so the engine compiles
@@ -153,6 +151,16 @@ def _add(conn: Connection, ordered: Sequence[tuple[Key, int]]) -> None:
 # the JSON document through ``JSON_TABLE`` (MariaDB 10.6+, MySQL 8.0.4+), in its order; an
 # executemany would not do, as PyMySQL sends it as one INSERT only when every value is a parameter
 # and ``created_at`` is the database's time.
+def _team_of(metric: ColumnElement[Any], scope: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The team a count is made under: its task's now; "" for deliveries and lock rows, and for a
+    task that is gone. A plain read (READ COMMITTED on PostgreSQL and MySQL): no lock is taken on
+    the task's row, so a frozen owner's commit never holds up a change to its task."""
+    owner = select(tasks.c.team).where(tasks.c.id == scope).scalar_subquery()
+    nobody = literal("", tasks.c.team.type)
+    untied = or_(*(metric == literal(name, Text()) for name in NO_TEAM))  # not IN: SQLite's executemany
+    return case((untied, nobody), else_=func.coalesce(owner, nobody))
+
+
 def _pg_upsert() -> Insert:
     elements = func.jsonb_array_elements(cast(bindparam("rows", type_=Text()), JSONB)).table_valued(
         "value", with_ordinality="n").render_derived(name="tally")
@@ -161,37 +169,51 @@ def _pg_upsert() -> Insert:
     def field(i: int, type_: Any) -> ColumnElement[Any]:
         return cast(row.op("->>")(literal_column(str(i))), type_)
 
-    rows = select(field(0, Text()), field(1, Text()), field(2, Text()), field(3, BigInteger()),
-                  db_statement_now_ms()).select_from(elements).order_by(elements.c.n)
-    pg = postgresql.insert(metric_totals).from_select(["metric", "scope", "label", "value", "created_at"], rows)
+    rows = select(field(0, Text()), field(1, Text()), field(2, Text()), _team_of(field(0, Text()), field(1, Text())),
+                  field(3, BigInteger()), db_statement_now_ms()).select_from(elements).order_by(elements.c.n)
+    pg = postgresql.insert(metric_totals).from_select(["metric", "scope", "label", "team", "value", "created_at"],
+                                                      rows)
     return pg.on_conflict_do_update(index_elements=list(metric_totals.primary_key.columns),
                                     set_={"value": metric_totals.c.value + pg.excluded.value})
 
 
-def _mysql_upsert() -> Insert:
+def _mysql_upsert(collation: str) -> Insert:
+    """The JSON rows' text in the tables' collation (``nopad_collation``): the task's team is found
+    by comparing the row's task id with ``tasks.id``."""
     width = {c.name: c.type.length for c in metric_totals.primary_key.columns}  # type: ignore[attr-defined]
+    text_of = f"CHARACTER SET utf8mb4 COLLATE {collation}"
     tally = text(
         "SELECT n, metric, scope, label, value FROM JSON_TABLE(:rows, '$[*]' COLUMNS ("
         "n FOR ORDINALITY, "
-        f"metric VARCHAR({width['metric']}) CHARACTER SET utf8mb4 PATH '$[0]' ERROR ON EMPTY, "
-        f"scope VARCHAR({width['scope']}) CHARACTER SET utf8mb4 PATH '$[1]' ERROR ON EMPTY, "
-        f"label VARCHAR({width['label']}) CHARACTER SET utf8mb4 PATH '$[2]' ERROR ON EMPTY, "
+        f"metric VARCHAR({width['metric']}) {text_of} PATH '$[0]' ERROR ON EMPTY, "
+        f"scope VARCHAR({width['scope']}) {text_of} PATH '$[1]' ERROR ON EMPTY, "
+        f"label VARCHAR({width['label']}) {text_of} PATH '$[2]' ERROR ON EMPTY, "
         "value BIGINT PATH '$[3]' ERROR ON EMPTY)) AS rows_in"
     ).columns(column("n", Integer()), column("metric", Text()), column("scope", Text()), column("label", Text()),
               column("value", BigInteger())).subquery("tally")
     t = tally.c
-    rows = select(t.metric, t.scope, t.label, t.value, db_statement_now_ms()).order_by(t.n)
-    my = mysql.insert(metric_totals).from_select(["metric", "scope", "label", "value", "created_at"], rows)
+    rows = select(t.metric, t.scope, t.label, _team_of(t.metric, t.scope), t.value, db_statement_now_ms()
+                  ).order_by(t.n)
+    my = mysql.insert(metric_totals).from_select(["metric", "scope", "label", "team", "value", "created_at"], rows)
     return my.on_duplicate_key_update(value=metric_totals.c.value + my.inserted.value)
 
 
 def _sqlite_upsert() -> Insert:
-    lite = sqlite.insert(metric_totals).values(created_at=db_statement_now_ms())
+    lite = sqlite.insert(metric_totals).values(created_at=db_statement_now_ms(), team=_team_of(
+        bindparam("row_metric", type_=Text()), bindparam("row_scope", type_=Text())))
     return lite.on_conflict_do_update(index_elements=list(metric_totals.primary_key.columns),
                                       set_={"value": metric_totals.c.value + lite.excluded.value})
 
 
-_PG_UPSERT, _SQLITE_UPSERT, _MYSQL_UPSERT = _pg_upsert(), _sqlite_upsert(), _mysql_upsert()
+_PG_UPSERT, _SQLITE_UPSERT = _pg_upsert(), _sqlite_upsert()
+_MYSQL_UPSERTS: dict[str, Insert] = {}  # by the server's collation
+
+
+def _mysql_upsert_for(conn: Connection) -> Insert:
+    collation = nopad_collation(conn.dialect)
+    if collation not in _MYSQL_UPSERTS:
+        _MYSQL_UPSERTS[collation] = _mysql_upsert(collation)
+    return _MYSQL_UPSERTS[collation]
 
 
 def read_series(conn: Connection, max_task_series: int, other: str,
@@ -202,40 +224,24 @@ def read_series(conn: Connection, max_task_series: int, other: str,
     the ``created_at`` of its oldest row (then id): rows are never deleted and ``created_at``
     never changes, so a task's place only moves when a row older than another task's first one
     commits after it (the same milliseconds, at the 100th task). The other tasks are summed under
-    ``other``, one series per team. A task's team is the one it is in now (a task moved takes its
-    series with it), a deleted task's the one it was deleted from (its ``team`` row; "" when it
-    was deleted before there were such rows). Deliveries keep their provider, with team "".
-    ``task`` and ``team`` rows are not series. A team's ``scope`` reads the rows of its tasks only
-    (no deliveries: they are counted by provider, not by team); the places are the same as every
-    team's, so a team's series are exactly those of a global scrape with its teams.
+    ``other``, one series per team. ``team`` is the team each count was made in, so no series
+    ever moves between teams. Deliveries keep their provider, with team "". ``task`` rows are
+    not series. A team's ``scope`` reads its teams' rows only (no deliveries: they are counted by
+    provider, not by team); the places are every team's, so a team's series are exactly those of
+    a global scrape with its teams.
     """
     t = metric_totals.c
     first = func.min(t.created_at)
-    kept = list(conn.execute(select(t.scope).where(t.metric.not_in((TASK, TEAM, DELIVERIES))).group_by(t.scope)
+    kept = list(conn.execute(select(t.scope).where(t.metric.not_in(NO_TEAM)).group_by(t.scope)
                              .order_by(first, t.scope).limit(max_task_series)).scalars())
-    marker = metric_totals.alias("marker")
-    owner = (metric_totals.outerjoin(tasks, and_(t.metric != DELIVERIES, tasks.c.id == t.scope))
-             .outerjoin(marker, and_(t.metric != DELIVERIES, marker.c.metric == TEAM, marker.c.scope == t.scope)))
-    nobody = literal("", tasks.c.team.type)
-    team = case((t.metric == DELIVERIES, nobody), else_=func.coalesce(tasks.c.team, marker.c.label, nobody))
-    seen = [] if scope.teams is None else [team.in_(sorted(scope.teams))]  # a delivery's team is "": none
+    seen = [] if scope.teams is None else [t.team.in_(sorted(scope.teams))]  # a delivery's team is "": none
     mapped = select(t.metric, case((or_(t.metric == DELIVERIES, t.scope.in_(kept)), t.scope),
-                                   else_=literal(other, t.scope.type)).label("series"), t.label,
-                    team.label("team"), t.value).select_from(owner).where(t.metric.not_in((TASK, TEAM)),
-                                                                         *seen).subquery()
+                                   else_=literal(other, t.scope.type)).label("series"), t.label, t.team, t.value
+                    ).where(t.metric != TASK, *seen).subquery()
     m = mapped.c
     rows = conn.execute(select(m.metric, m.series, m.label, m.team, func.sum(m.value))
                         .group_by(m.metric, m.series, m.label, m.team))
     return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4])) for r in rows]
-
-
-def remember_team(conn: Connection, task_id: str, team: str) -> None:
-    """The task ``task_id`` is deleted from ``team``: its counter series keep that team (the
-    ``team`` row, one per task id: a later deletion of a task of that id replaces it)."""
-    t = metric_totals.c
-    conn.execute(delete(metric_totals).where(t.metric == TEAM, t.scope == task_id))
-    conn.execute(insert(metric_totals).values(metric=TEAM, scope=task_id, label=team, value=0,
-                                              created_at=db_statement_now_ms()))
 
 
 def lock_tasks(conn: Connection, task_ids: Iterable[str]) -> None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import insert, inspect, text
@@ -13,7 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from scheduler_core.db import close_engine, create_engine, migration_state, upgrade
-from scheduler_core.db.migrate import VERSION_TABLE, head_revision
+from scheduler_core.db.migrate import VERSION_TABLE, alembic_config, head_revision
 from scheduler_core.db.tables import alert_facts, alert_rules, executions, metadata, reach_queue, slots
 from tests.conftest import TestDatabase
 from tests.helpers.journal import execution_row
@@ -175,5 +176,42 @@ def test_alerts_already_queued_about_a_task_become_its_team_s(empty_database: Te
             conn.rollback()
         assert teams == {"q-task": "ops", "q-gone": "default", "q-node": None, "q-test": None, "q-app": None}
         assert rule_team is None
+    finally:
+        close_engine(engine)
+
+
+def test_the_metric_totals_are_given_the_team_their_task_was_in(empty_database: TestDatabase) -> None:
+    """Migration 0028: a task's counts are its team's; a deleted task's, the team its history rows
+    were left with; deliveries and a task of which nothing is known, no team. Downgraded, the
+    counts of one (metric, task, label) are summed again."""
+    engine = create_engine(empty_database.url)
+    try:
+        upgrade(engine, "0027")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO teams (id, name, created_at, updated_at) VALUES ('ops', 'Ops', 1, 1)"))
+            conn.execute(text("INSERT INTO tasks (id, name, cron, timezone, enabled, delete_after_run, idempotent, "
+                              "revision, created_at, updated_at, team) VALUES ('a', 'a', '* * * * *', 'UTC', :t, "
+                              ":f, :f, 1, 1, 1, 'ops')"), {"t": True, "f": False})
+            conn.execute(insert(executions), [execution_row("run-of-gone", 1, task_id="gone") | {"team": "ops"}])
+            conn.execute(text("INSERT INTO metric_totals (metric, scope, label, value, created_at) VALUES "
+                              "('executions', 'a', 'success', 3, 1), ('executions', 'gone', 'failed', 2, 2), "
+                              "('executions', 'nobody', 'success', 1, 3), ('deliveries', 'mail', 'sent', 4, 4), "
+                              "('task', 'a', '', 0, 5)"))
+        upgrade(engine)
+        with engine.connect() as conn:
+            teams = {row[0]: row[1] for row in conn.execute(text("SELECT scope, team FROM metric_totals "
+                                                                 "WHERE metric <> 'task'"))}
+            conn.execute(text("INSERT INTO metric_totals (metric, scope, label, team, value, created_at) "
+                              "VALUES ('executions', 'a', 'success', 'default', 5, 6)"))
+            conn.commit()
+        assert teams == {"a": "ops", "gone": "ops", "nobody": "", "mail": ""}
+        with engine.connect() as conn:
+            config = alembic_config()
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0027")
+            conn.commit()
+            summed = conn.execute(text("SELECT value FROM metric_totals WHERE scope = 'a' AND label = 'success'"))
+            assert summed.scalar_one() == 8
+            conn.rollback()
     finally:
         close_engine(engine)

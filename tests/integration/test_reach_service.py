@@ -15,6 +15,7 @@ from scheduler_core import Scheduler, SchedulerConfig
 from scheduler_core.access import Scope
 from scheduler_core.db import close_engine, create_engine
 from scheduler_core.errors import (
+    DatabaseError,
     DndBlockedError,
     InitFailedError,
     InvalidRecipientError,
@@ -331,3 +332,13 @@ def test_a_message_about_a_team_is_that_teams_in_the_queue(engine: Engine, recei
     with pytest.raises(ReachConfigError) as info:
         reach.send({"provider": "hook", "to": "u", "body": "b", "team": "short-lived"})
     assert info.value.field == "team" and reach.queue.counts() == before
+    assert str(info.value).count("team:") == 1, info.value
+
+    def unreadable(self: TeamRepository) -> None:
+        raise DatabaseError("database read failed: the server went away")
+
+    monkeypatch.undo()  # Reach._teams as it is, reading the teams through a failing repository
+    monkeypatch.setattr(TeamRepository, "all", unreadable)
+    with pytest.raises(SendFailedError, match="team could not be read"):  # a ReachError, nothing sent
+        sender_now.send({"provider": "hook", "to": "u", "body": "b", "team": "ops"})
+    assert len(receiver.requests) == 1  # the one sent above

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from sqlalchemy import text
 from werkzeug.security import generate_password_hash
 
 from scheduler_core import TaskDefinition
@@ -157,17 +158,54 @@ def test_a_team_scrape_counts_against_its_tokens_rate_limit(teams_app: Flask) ->
     assert over.status_code == 429 and int(over.headers["Retry-After"]) >= 1
 
 
-def test_a_task_id_deleted_again_from_another_team_counts_as_that_teams(teams_app: Flask) -> None:
-    """The counters are per task id: ops-gone made again in default and deleted there is default's
-    now, with both runs (the series moved, as a task moved does)."""
+def test_a_task_id_made_again_in_another_team_counts_apart(teams_app: Flask) -> None:
+    """Counts are made under the team the task is in at that moment: ops-gone made again in default
+    neither shows ops's count to default (not even before it runs) nor takes it from ops."""
     scheduler = scheduler_of(teams_app)
     again = TaskDefinition(id=GONE.id, name="Gone again", cron="0 5 * * *", handler=HOOK)
     scheduler.register(again)
+    theirs = _token(teams_app, "dora", None, {"default": "viewer"})
+    before = families(_scrape(teams_app, theirs).get_data(as_text=True))
+    assert all(("task", GONE.id) not in labels for labels in before["hai_executions"])
     assert scheduler.trigger(GONE.id).status == "success"
     scheduler.unregister(GONE.id)
     every = families(_scrape(teams_app).get_data(as_text=True))
-    assert value(every, "hai_executions", "hai_executions_total", task=GONE.id, team="default", status="success") == 2
+    for team in ("ops", "default"):
+        assert value(every, "hai_executions", "hai_executions_total", task=GONE.id, team=team, status="success") == 1
     ours = families(_scrape(teams_app, _token(teams_app, "olga", None, {"ops": "viewer"})).get_data(as_text=True))
-    assert all(("task", GONE.id) not in labels for labels in ours["hai_executions"])
-    # the run it had in ops is still ops's history (the 24-hour window reads each run's team)
-    assert value(ours, "hai_executions_last_24h", task=GONE.id, team="ops", status="success") == 1
+    assert value(ours, "hai_executions", "hai_executions_total", task=GONE.id, status="success") == 1
+
+
+def test_a_moved_task_leaves_its_counts_to_the_team_they_were_made_in(teams_app: Flask,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """No counter series goes down or changes team: the moved task's earlier counts stay ops's
+    (its own series, and ops's _other past the series bound); its later ones are default's."""
+    monkeypatch.setattr("scheduler_core.runtime.metrics.MAX_TASK_SERIES", 1)
+    scheduler = scheduler_of(teams_app)
+    first = _counters(_scrape(teams_app))
+    assert scheduler.update_task(OURS.id, team="default").team == "default"
+    assert scheduler.trigger(OURS.id).status == "success"
+    later = _counters(_scrape(teams_app))
+    assert {key: v for key, v in first.items() if later.get(key, -1) < v} == {}  # nothing went down
+    assert later[(OURS.id, "ops", "success")] == 2 and later[(OURS.id, "default", "success")] == 1
+
+
+def _counters(answer: Any) -> dict[tuple[str, str, str], float]:
+    found = families(answer.get_data(as_text=True))
+    return {(dict(labels)["task"], dict(labels)["team"], dict(labels)["status"]): v
+            for labels, v in found["hai_executions"].items()}
+
+
+def test_a_team_scrape_while_the_tokens_cannot_be_read_answers_503_in_plain_text(teams_app: Flask) -> None:
+    headers = _token(teams_app, "olga", None, {"ops": "viewer"})
+    engine = teams_app.extensions["hai_engine"]
+    with engine.begin() as conn:  # the token's table does not answer (as a database that is away)
+        conn.execute(text("ALTER TABLE api_tokens RENAME TO api_tokens_away"))
+    try:
+        answer = _scrape(teams_app, headers)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE api_tokens_away RENAME TO api_tokens"))
+    assert answer.status_code == 503 and answer.mimetype == "text/plain", answer.get_data(as_text=True)[:300]
+    assert "could not be checked" in answer.get_data(as_text=True)
+    assert _scrape(teams_app, headers).status_code == 200
