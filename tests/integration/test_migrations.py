@@ -10,7 +10,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import insert, inspect, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from scheduler_core.db import close_engine, create_engine, migration_state, upgrade
@@ -149,6 +149,14 @@ def _queued(queue_id: str, rule: str | None) -> dict[str, object]:
             "created_at": 1, "updated_at": 1, "alert_rule": rule}
 
 
+def _ops_with_task_a(conn: Connection) -> None:
+    """The team ``ops`` and its task ``a``, written as the schema of 0026 or later has them."""
+    conn.execute(text("INSERT INTO teams (id, name, created_at, updated_at) VALUES ('ops', 'Ops', 1, 1)"))
+    conn.execute(text("INSERT INTO tasks (id, name, cron, timezone, enabled, delete_after_run, idempotent, "
+                      "revision, created_at, updated_at, team) VALUES ('a', 'a', '* * * * *', 'UTC', :t, "
+                      ":f, :f, 1, 1, 1, 'ops')"), {"t": True, "f": False})
+
+
 def test_alerts_already_queued_about_a_task_become_its_team_s(empty_database: TestDatabase) -> None:
     """Migration 0027: an alert queued about a task is that task's team's (``default`` when the task
     is gone); an alert about no one team (a node lost, a test alert) and a message the application
@@ -157,10 +165,7 @@ def test_alerts_already_queued_about_a_task_become_its_team_s(empty_database: Te
     try:
         upgrade(engine, "0026")
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO teams (id, name, created_at, updated_at) VALUES ('ops', 'Ops', 1, 1)"))
-            conn.execute(text("INSERT INTO tasks (id, name, cron, timezone, enabled, delete_after_run, idempotent, "
-                              "revision, created_at, updated_at, team) VALUES ('a', 'a', '* * * * *', 'UTC', :t, "
-                              ":f, :f, 1, 1, 1, 'ops')"), {"t": True, "f": False})
+            _ops_with_task_a(conn)
             facts = [("q-task", "execution.failed", "a"), ("q-gone", "task.paused", "gone"),
                      ("q-node", "node.lost", "a"), ("q-test", "test", "test:1")]
             conn.execute(insert(alert_facts), [{"rule": "r", "event_key": queue_id, "event": event, "scope": scope,
@@ -188,10 +193,7 @@ def test_the_metric_totals_are_given_the_team_their_task_was_in(empty_database: 
     try:
         upgrade(engine, "0027")
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO teams (id, name, created_at, updated_at) VALUES ('ops', 'Ops', 1, 1)"))
-            conn.execute(text("INSERT INTO tasks (id, name, cron, timezone, enabled, delete_after_run, idempotent, "
-                              "revision, created_at, updated_at, team) VALUES ('a', 'a', '* * * * *', 'UTC', :t, "
-                              ":f, :f, 1, 1, 1, 'ops')"), {"t": True, "f": False})
+            _ops_with_task_a(conn)
             conn.execute(insert(executions), [execution_row("run-of-gone", 1, task_id="gone") | {"team": "ops"}])
             conn.execute(text("INSERT INTO metric_totals (metric, scope, label, value, created_at) VALUES "
                               "('executions', 'a', 'success', 3, 1), ('executions', 'gone', 'failed', 2, 2), "
