@@ -127,9 +127,9 @@ def test_a_standalone_node_reads_the_test_clock_offset_as_the_dashboard_does(tmp
     """``node`` applies HAI_TEST_DB_CLOCK_OFFSET_MS as each dashboard worker does: a test's nodes
     and dashboard read one database clock (its heartbeat is a day ahead of SQLite's real clock)."""
     url = f"sqlite:///{tmp_path}/offset.db"
+    environ = _environ(HAI_DATABASE_URL=url, HAI_TEST_DB_CLOCK_OFFSET_MS="86400000", PYTHONFAULTHANDLER="1")
     node = subprocess.Popen([sys.executable, "-m", "webapp.cli", "node", "--node-id", "ahead"], cwd=tmp_path,
-                            env=_environ(HAI_DATABASE_URL=url, HAI_TEST_DB_CLOCK_OFFSET_MS="86400000"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     engine = create_engine(url)
     try:
         assert node.stdout is not None and "running" in node.stdout.readline(), node.communicate()[1][-3000:]
@@ -146,7 +146,12 @@ def test_a_standalone_node_reads_the_test_clock_offset_as_the_dashboard_does(tmp
         time.sleep(0.1)
         node.send_signal(signal.SIGCONT)
         node.send_signal(signal.SIGTERM)
-        _, err = node.communicate(timeout=60)
+        try:
+            _, err = node.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # say where it hangs: faulthandler dumps every thread on SIGABRT
+            node.send_signal(signal.SIGABRT)
+            _, err = node.communicate(timeout=30)
+            raise AssertionError(f"the node did not stop within 60 s of SIGTERM:\n{err[-6000:]}") from None
     assert node.returncode == 0, err[-3000:]
 
 
