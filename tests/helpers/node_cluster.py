@@ -69,7 +69,10 @@ def wait_ready(path: Path, count: int, procs: list[subprocess.Popen[str]], timeo
         time.sleep(0.05)
 
 
-def stop_nodes(procs: list[subprocess.Popen[str]]) -> None:
+def stop_nodes(procs: list[subprocess.Popen[str]]) -> list[str]:
+    """SIGTERM every node and wait for each to exit 0 (a failure names its stderr's end); each
+    node's stderr, for a test that failed before (its warnings say what a node saw)."""
+    errors: list[str] = []
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -83,9 +86,11 @@ def stop_nodes(procs: list[subprocess.Popen[str]]) -> None:
             failures.append(f"node did not stop on SIGTERM (its stderr's end: a close() over 40 s dumps every "
                             f"thread's stack there): ... {err[-8000:]}")
             continue
+        errors.append(err or "")
         if proc.returncode != 0:
             failures.append(f"node exited with {proc.returncode}: {err[-3000:]}")
     assert not failures, "\n".join(failures)
+    return errors
 
 
 def journal(engine: Engine, **where: Any) -> list[Any]:

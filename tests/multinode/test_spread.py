@@ -49,6 +49,7 @@ def test_three_nodes_share_each_minute_and_skip_nothing(database: TestDatabase, 
                "tick_interval_ms": 1000, "clock_file": str(clock)}
     env = {"HAI_TEST_DB_CLOCK_OFFSET_MS": str(offset)}
     procs = [spawn_node(database, f"node-{i}", effects, i, env, options) for i in range(NODES)]
+    unsettled = None
     try:
         wait_ready(effects, NODES, procs)
         boundary = boundary_ahead(engine, offset)  # the lead's boundary, unless starting took longer
@@ -63,12 +64,13 @@ def test_three_nodes_share_each_minute_and_skip_nothing(database: TestDatabase, 
                 offset += max(0, minute - 2_000 - (db_now(engine) + offset))
                 clock.write_text(str(offset))
             deadline = time.monotonic() + 90
-            while not _settled(engine, minute):
-                assert time.monotonic() < deadline, {m: Counter(r.status for r in journal(engine, scheduled_minute=m))
-                                                     for m in minutes}
+            while unsettled is None and not _settled(engine, minute):
+                if time.monotonic() > deadline:
+                    unsettled = _unsettled(engine, minutes)
                 time.sleep(0.5)
     finally:
-        stop_nodes(procs)
+        errors = stop_nodes(procs)
+    assert unsettled is None, f"{unsettled}; the nodes' warnings: {[e[-3000:] for e in errors]}"
 
     for minute in minutes:
         rows = journal(engine, scheduled_minute=minute)
@@ -92,6 +94,14 @@ def _timeline(engine: Engine, first: int, rows: list[object]) -> str:
                          f"started +{attempt.get('started_at', 0) - first} ms, "
                          f"finished +{attempt.get('finished_at', 0) - first} ms")
     return "; ".join(lines)
+
+
+def _unsettled(engine: Engine, minutes: list[int]) -> str:
+    """The minutes' statuses, and the rows still open (owner, lease, attempts)."""
+    counts = {m: Counter(r.status for r in journal(engine, scheduled_minute=m)) for m in minutes}
+    open_rows = [(r.task_id, r.owner_node, r.lease_until, r.updated_at, r.attempts) for m in minutes
+                 for r in journal(engine, scheduled_minute=m) if r.status in ("running", "queued")]
+    return f"not settled in 90 s: {counts}; open: {open_rows}"
 
 
 def _settled(engine: Engine, minute: int) -> bool:
